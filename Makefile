@@ -1,0 +1,34 @@
+# Two commands set everything up: `make demo` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint bench diagrams clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python examples/demo.py
+
+lint: $(STAMP)
+	$(BIN)/ruff check fisk_sm tests bench examples
+	$(BIN)/ruff format --check fisk_sm tests bench examples
+	$(BIN)/mypy --strict fisk_sm
+
+test: lint
+	$(BIN)/pytest -q
+
+bench: $(STAMP)
+	$(BIN)/python bench/loop_overhead.py
+
+diagrams: $(STAMP)
+	$(BIN)/fisk-sm diagram --format mermaid -o diagrams/agent_loop.mmd
+	$(BIN)/fisk-sm diagram --format svg -o diagrams/agent_loop.svg
+
+clean:
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
