@@ -1,0 +1,156 @@
+"""Phase actions: one small async function per state, named by `states/agent_loop.yaml`.
+
+An action does the I/O of its phase (the model call, one tool, the journal) and records facts on
+the run's data; it never chooses the next state, which is the guards' job. Each takes the run
+(with its `data`, `harness` and `next_seq()`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+from fisk_sm.events import MessageReceived, ToolCalled, ToolFinished, Warning
+from fisk_sm.guards import REFUSED, TRUNCATED, turn_is_final
+from fisk_sm.harness import Harness
+from fisk_sm.llm import ModelError
+from fisk_sm.records import Assistant, ToolResult, ToolStarted
+from fisk_sm.snapshot import RunData, Usage, tool_uses
+
+__all__ = ["ACTIONS", "Phase"]
+
+
+class Phase(Protocol):
+    """What an action may touch."""
+
+    data: RunData
+    harness: Harness
+    suspend_requested: bool
+
+    @property
+    def budget(self) -> Any: ...
+
+    def next_seq(self) -> int: ...
+
+
+async def check_boundary(run: Phase) -> None:
+    """Poll the harness's suspend source (a signal flag, a supervisor) at the loop boundary."""
+    if run.harness.should_suspend():
+        run.suspend_requested = True
+
+
+async def call_model(run: Phase) -> None:
+    """One model request; the iteration index is consumed even if the call fails."""
+    data = run.data
+    data.iteration += 1
+    data.error = None
+    try:
+        reply = await run.harness.model.create(run.harness.request(data.messages))
+    except ModelError as exc:
+        data.error = str(exc)
+        return
+    data.llm_calls += 1
+    data.last_usage = Usage.from_api(reply.get("usage"))
+    data.usage = data.usage + data.last_usage
+    data.turn = {"role": "assistant", "content": reply.get("content") or []}
+    data.stop_reason = reply.get("stop_reason")
+
+
+async def journal_turn(run: Phase) -> None:
+    """Append the assistant turn to the conversation and journal it, before any tool runs."""
+    data = run.data
+    turn = data.turn
+    if turn is None:  # pragma: no cover - the table only enters journal after a reply
+        raise RuntimeError("journal entered without a model reply")
+    data.messages.append(turn)
+    data.pending = tool_uses(turn)
+    data.results = []
+    u = data.last_usage
+    record = Assistant(
+        run.next_seq(),
+        data.iteration - 1,
+        turn,
+        data.stop_reason,
+        u.input_tokens,
+        u.output_tokens,
+        u.cache_read_tokens,
+        u.cache_create_tokens,
+    )
+    await run.harness.journal.append(record)
+
+
+async def decide_turn(run: Phase) -> None:
+    """Report the turn; a truncated or refused answer becomes the run's error."""
+    data = run.data
+    final = turn_is_final(run)  # type: ignore[arg-type]
+    if data.stop_reason == "max_tokens":
+        data.error = TRUNCATED
+    elif final and data.stop_reason == "refusal":
+        data.error = REFUSED
+    u = data.last_usage
+    run.harness.events.emit(
+        MessageReceived(
+            data.run_id,
+            data.iteration - 1,
+            data.stop_reason,
+            final or data.stop_reason == "max_tokens",
+            data.answer(),
+            u.input_tokens,
+            u.output_tokens,
+            u.cache_read_tokens,
+            u.cache_create_tokens,
+        )
+    )
+
+
+async def account_tokens(run: Phase) -> None:
+    """Nothing to do: the guards read the usage the call already summed over four tiers."""
+
+
+async def execute_tool(run: Phase) -> None:
+    """Run the first pending tool call and journal its result the instant it ends."""
+    data = run.data
+    harness = run.harness
+    call = data.pending[0]
+    name, use_id = call["name"], call["id"]
+    arguments = call.get("input") or {}
+    data.tool_calls += 1
+    outcome = harness.tools.rejection(name, arguments)
+    if outcome is not None:
+        kind = "unknown_tool" if name not in harness.tools.tools else "missing_required"
+        harness.events.emit(Warning(data.run_id, kind, name, outcome.content))
+    else:
+        await harness.journal.append(ToolStarted(run.next_seq(), use_id, name))
+        harness.events.emit(ToolCalled(data.run_id, name, use_id, dict(arguments)))
+        outcome = await harness.tools.invoke(name, arguments)
+        harness.events.emit(
+            ToolFinished(data.run_id, name, use_id, outcome.content, outcome.is_error)
+        )
+    result: dict[str, Any] = {"type": "tool_result", "tool_use_id": use_id, "content": outcome.content}
+    if outcome.is_error:
+        result["is_error"] = True
+    await harness.journal.append(ToolResult(run.next_seq(), use_id, result, outcome.is_error))
+    data.results.append(result)
+    data.pending.pop(0)
+
+
+async def feed_back_results(run: Phase) -> None:
+    """All results of the turn become one user message, the next call's input."""
+    data = run.data
+    data.messages.append({"role": "user", "content": list(data.results)})
+    data.results = []
+
+
+ACTIONS: dict[str, Callable[[Any], Awaitable[None]]] = {
+    f.__name__: f
+    for f in (
+        check_boundary,
+        call_model,
+        journal_turn,
+        decide_turn,
+        account_tokens,
+        execute_tool,
+        feed_back_results,
+    )
+}
+

@@ -1,0 +1,123 @@
+"""Model calls: one request to the Anthropic Messages API under `call_timeout`.
+
+`AnthropicModel` uses the real `anthropic.AsyncAnthropic`. The whole call, the SDK's own retries
+included, runs under one `call_timeout` deadline, as the reference does; each attempt also gets
+that timeout. Reply content blocks are kept verbatim (`to_dict(mode="json")`), because thinking
+signatures break if blocks are re-encoded. Anything with the same `create` method can stand in
+for the model (the benchmarks use an in-process one).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any, Protocol
+
+import anthropic
+import attrs
+
+from fisk_sm.config import LLMConfig
+
+__all__ = ["AnthropicModel", "ModelClient", "ModelError", "ModelRequest", "build_request"]
+
+
+class ModelError(Exception):
+    """A model call failed; the message is what the run reports."""
+
+
+@attrs.frozen
+class ModelRequest:
+    """The parameters of one Messages API call."""
+
+    model: str
+    max_tokens: int
+    messages: list[dict[str, Any]] = attrs.field(eq=False)
+    system: tuple[dict[str, Any], ...] = ()
+    tools: tuple[dict[str, Any], ...] = ()
+    thinking: dict[str, Any] | None = None
+
+    def params(self) -> dict[str, Any]:
+        """Keyword arguments for `messages.create`."""
+        params: dict[str, Any] = {
+            "model": self.model,
+            "max_tokens": self.max_tokens,
+            "messages": self.messages,
+        }
+        if self.system:
+            params["system"] = list(self.system)
+        if self.tools:
+            params["tools"] = list(self.tools)
+        if self.thinking:
+            params["thinking"] = self.thinking
+        return params
+
+
+def build_request(
+    llm: LLMConfig,
+    system: tuple[dict[str, Any], ...],
+    tools: tuple[dict[str, Any], ...],
+    messages: list[dict[str, Any]],
+) -> ModelRequest:
+    """The request for the next call: output cap and adaptive thinking from config."""
+    thinking = {"type": "adaptive", "display": "summarized"} if llm.thinking.enabled else None
+    return ModelRequest(llm.model, llm.output_cap, messages, system, tools, thinking)
+
+
+class ModelClient(Protocol):
+    """Anything that answers a request with a Messages API reply as a JSON-ready dict."""
+
+    async def create(self, request: ModelRequest) -> dict[str, Any]: ...
+
+
+@attrs.define
+class AnthropicModel:
+    """The real model, through `anthropic.AsyncAnthropic`."""
+
+    llm: LLMConfig
+    api_key: str | None = None
+    max_retries: int = 2
+    _client: anthropic.AsyncAnthropic | None = attrs.field(default=None, init=False)
+
+    @property
+    def client(self) -> anthropic.AsyncAnthropic:
+        """The SDK client, made on first use (so building a run needs no API key)."""
+        if self._client is None:
+            key = self.api_key or os.environ.get("ANTHROPIC_API_KEY") or "unset"
+            self._client = anthropic.AsyncAnthropic(
+                api_key=key,
+                base_url=self.llm.base_url,
+                timeout=self.llm.budget.call_timeout,
+                max_retries=self.max_retries,
+            )
+        return self._client
+
+    async def create(self, request: ModelRequest) -> dict[str, Any]:
+        """One call; every failure becomes a `ModelError` naming what went wrong."""
+        deadline = self.llm.budget.call_timeout
+        try:
+            async with asyncio.timeout(deadline):
+                reply = await self.client.messages.create(**request.params())
+        except TimeoutError:
+            raise ModelError(f"llm call: timed out after {deadline:g}s") from None
+        except anthropic.APIStatusError as exc:
+            hint = ""
+            if exc.status_code == 400 and request.thinking:
+                hint = " (thinking is enabled: check that the model supports adaptive thinking)"
+            raise ModelError(f"llm call: HTTP {exc.status_code}: {_reason(exc)}{hint}") from None
+        except anthropic.APIError as exc:
+            raise ModelError(f"llm call: {exc}") from None
+        return reply.to_dict(mode="json")
+
+    async def aclose(self) -> None:
+        """Close the HTTP connections."""
+        if self._client is not None:
+            await self._client.close()
+
+
+def _reason(exc: anthropic.APIStatusError) -> str:
+    body = exc.body
+    if isinstance(body, dict):
+        error = body.get("error")
+        if isinstance(error, dict) and error.get("message"):
+            return str(error["message"])
+    return str(exc.message)

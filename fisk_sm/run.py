@@ -1,0 +1,211 @@
+"""`Run`: one agent run, stepped one transition at a time.
+
+A `Run` is the model object of the shared loop machine. It holds the current state and the
+resumable data (`RunData`), plus the rebuilt infrastructure (`Harness`). `await run.step()` does
+exactly one transition: the action of the current state, then the one trigger whose guards pick
+the exit, then the entry hooks. `await run.run()` steps to a terminal state. `run.sync()` gives a
+blocking facade for a plain debugger prompt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from fisk_sm.actions import ACTIONS
+from fisk_sm.config import AgentConfig, Budget
+from fisk_sm.events import Events, RunStarted
+from fisk_sm.guards import GUARDS, terminal_message
+from fisk_sm.harness import Harness
+from fisk_sm.hooks import HOOKS
+from fisk_sm.journal import Journal
+from fisk_sm.llm import ModelClient
+from fisk_sm.machine import LoopMachine, Step, build_machine
+from fisk_sm.records import FORMAT_VERSION, Meta, Terminal
+from fisk_sm.snapshot import RunData, Snapshot
+from fisk_sm.table import load_table
+from fisk_sm.tools import Tool
+
+__all__ = ["Run", "RunFinished", "SyncRun", "loop_machine"]
+
+
+class RunFinished(RuntimeError):
+    """`step()` was called on a run that is already in a terminal state."""
+
+
+@functools.cache
+def loop_machine() -> LoopMachine:
+    """The one machine every run shares."""
+    return build_machine(load_table(), GUARDS, HOOKS)
+
+
+def new_run_id() -> str:
+    """A fresh run id (time-ordered prefix, random tail)."""
+    return f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
+
+
+class Run:
+    """One run of the agent loop. Not an attrs class: `transitions` sets `state` on it."""
+
+    def __init__(
+        self, data: RunData, harness: Harness, state: str | None = None, *, seq: int = 0
+    ) -> None:
+        self.machine = loop_machine()
+        self.state: str = state or self.machine.table.initial
+        self.data = data
+        self.harness = harness
+        self.suspend_requested = False
+        self._seq = seq
+        self._started_at: float | None = None
+
+    @classmethod
+    def create(
+        cls,
+        config: AgentConfig,
+        prompt: str,
+        *,
+        model: ModelClient | None = None,
+        tools: Iterable[Tool] = (),
+        journal: Journal | None = None,
+        events: Events | None = None,
+        run_id: str | None = None,
+        should_suspend: Callable[[], bool] | None = None,
+    ) -> Run:
+        """A new run of `config` on `prompt`; infrastructure not given is built from config."""
+        harness = Harness.build(
+            config,
+            model=model,
+            tools=tools,
+            journal=journal,
+            events=events,
+            should_suspend=should_suspend or (lambda: False),
+        )
+        return cls(RunData.begin(run_id or new_run_id(), prompt), harness)
+
+    @property
+    def budget(self) -> Budget:
+        """The run's budget, from config."""
+        return self.harness.config.llm.budget
+
+    @property
+    def finished(self) -> bool:
+        """Whether the run is in a terminal state."""
+        return self.machine.is_terminal(self.state)
+
+    @property
+    def outcome(self) -> str | None:
+        """Why the run ended (None while running, on a final answer, or on a suspend)."""
+        return terminal_message(self.state, self.data, self.budget) if self.finished else None
+
+    def next_seq(self) -> int:
+        """Reserve the next journal seq."""
+        self._seq += 1
+        return self._seq
+
+    def elapsed(self) -> float:
+        """Seconds since the first step."""
+        return 0.0 if self._started_at is None else time.monotonic() - self._started_at
+
+    def request_suspend(self) -> None:
+        """Stop at the next loop boundary (never mid-tool); the run ends `suspended`."""
+        self.suspend_requested = True
+
+    async def _begin(self) -> None:
+        self._started_at = time.monotonic()
+        harness = self.harness
+        if harness.journal.last_seq == 0:
+            meta = Meta(self.next_seq(), FORMAT_VERSION, self.data.run_id, _now(), {}, "")
+            await harness.journal.append(meta)
+        harness.events.emit(
+            RunStarted(
+                self.data.run_id,
+                harness.config.llm.model,
+                tuple(harness.tools.tools),
+                harness.config.llm.thinking.enabled,
+            )
+        )
+        HOOKS["state_entered"](self)
+
+    async def step(self) -> Step:
+        """Exactly one transition: the state's action, then its trigger; returns what it did."""
+        if self.finished:
+            raise RunFinished(f"run {self.data.run_id} already ended in {self.state!r}")
+        if self._started_at is None:
+            await self._begin()
+        action = self.machine.table.state(self.state).action
+        await ACTIONS[action or ""](self)
+        step = self.machine.fire(self)
+        if self.finished:
+            terminal = Terminal(self.next_seq(), self.state, self.outcome)
+            await self.harness.journal.append(terminal)
+        return step
+
+    async def run(self) -> str:
+        """Step until a terminal state; returns its name."""
+        while not self.finished:
+            await self.step()
+        return self.state
+
+    async def run_until(self, *states: str) -> str:
+        """Step until the run enters one of `states` (or ends); returns the state reached."""
+        while not self.finished:
+            await self.step()
+            if self.state in states:
+                break
+        return self.state
+
+    def snapshot(self) -> Snapshot:
+        """A frozen copy of the state and the resumable data."""
+        return Snapshot.of(self.state, self.data)
+
+    def answer(self) -> str:
+        """The final answer's text (empty unless completed)."""
+        return self.data.answer() if self.state == "completed" else ""
+
+    def sync(self) -> SyncRun:
+        """A blocking facade for a plain debugger prompt."""
+        return SyncRun(self)
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+class SyncRun:
+    """Blocking `step()`/`run()` over a `Run`, on a private event loop: `(Pdb) r.step()`."""
+
+    def __init__(self, run: Run) -> None:
+        self.run_ = run
+        self._runner = asyncio.Runner()
+
+    def step(self) -> Step:
+        """One transition."""
+        return self._runner.run(self.run_.step())
+
+    def run(self) -> str:
+        """To a terminal state."""
+        return self._runner.run(self.run_.run())
+
+    def run_until(self, *states: str) -> str:
+        """Until one of `states`."""
+        return self._runner.run(self.run_.run_until(*states))
+
+    @property
+    def state(self) -> str:
+        """The current state."""
+        return self.run_.state
+
+    def snapshot(self) -> Snapshot:
+        """A frozen copy of the run."""
+        return self.run_.snapshot()
+
+    def close(self) -> None:
+        """Close the private event loop."""
+        self._runner.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.run_, name)

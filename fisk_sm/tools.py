@@ -1,0 +1,247 @@
+"""Python tools: the `@tool` decorator, the tool box and dispatch.
+
+A tool is a Python callable (sync or async) plus a name, a description and a JSON schema for its
+input. The schema comes from the type hints and the docstring (an `Args:` section describes the
+parameters), or is given explicitly. Dispatch never raises for the model's mistakes: an unknown
+tool, missing required parameters and a tool that raises all become `is_error` results, and the
+run goes on.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+import re
+import sys
+import types
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
+
+import attrs
+
+__all__ = ["Outcome", "Tool", "ToolBox", "ToolLoadError", "load_tool", "tool"]
+
+CRASH_POLICIES = ("retry", "fail", "ask")
+
+
+class ToolLoadError(ValueError):
+    """A `module:function` tool reference could not be loaded."""
+
+
+@attrs.frozen
+class Tool:
+    """A callable the model may ask for, with the definition it is offered under."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    fn: Callable[..., Any] = attrs.field(eq=False, repr=False)
+    crash_policy: str = "retry"
+
+    @property
+    def definition(self) -> dict[str, Any]:
+        """The tool as the Messages API's `tools` list wants it."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "input_schema": self.input_schema,
+        }
+
+    @property
+    def required(self) -> tuple[str, ...]:
+        """Required parameter names, in schema order."""
+        return tuple(self.input_schema.get("required", ()))
+
+
+@attrs.frozen
+class Outcome:
+    """What one tool call produced: the text the model sees, and whether the harness failed."""
+
+    content: str
+    is_error: bool = False
+    ran: bool = True
+
+
+_JSON_TYPES: dict[Any, str] = {
+    str: "string",
+    int: "integer",
+    float: "number",
+    bool: "boolean",
+    list: "array",
+    tuple: "array",
+    dict: "object",
+}
+
+
+def _schema_of(hint: Any) -> dict[str, Any]:
+    origin = get_origin(hint)
+    if origin is Literal:
+        return {"enum": list(get_args(hint))}
+    if origin in (Union, types.UnionType):
+        inner = [a for a in get_args(hint) if a is not type(None)]
+        return _schema_of(inner[0]) if len(inner) == 1 else {}
+    if origin in (list, tuple, Sequence):
+        args = get_args(hint)
+        return {"type": "array", "items": _schema_of(args[0])} if args else {"type": "array"}
+    if origin in (dict, Mapping):
+        return {"type": "object"}
+    return {"type": _JSON_TYPES[hint]} if hint in _JSON_TYPES else {}
+
+
+def _docstring_parts(doc: str) -> tuple[str, dict[str, str]]:
+    """Split a docstring into its description and its `Args:` entries."""
+    text = inspect.cleandoc(doc)
+    head, _, args = text.partition("\nArgs:\n")
+    described: dict[str, str] = {}
+    current = ""
+    for line in args.splitlines():
+        match = re.match(r"\s+(\w+)(?:\s*\([^)]*\))?:\s*(.*)", line)
+        if match and (not current or len(line) - len(line.lstrip()) <= 4):
+            current = match.group(1)
+            described[current] = match.group(2).strip()
+        elif current and line.strip():
+            described[current] = f"{described[current]} {line.strip()}".strip()
+    return head.strip(), described
+
+
+def schema_for(fn: Callable[..., Any]) -> tuple[str, dict[str, Any]]:
+    """The description and input schema of `fn`, from its signature and docstring."""
+    description, described = _docstring_parts(fn.__doc__ or "")
+    hints = get_type_hints(fn)
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    for name, param in inspect.signature(fn).parameters.items():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            continue
+        prop = _schema_of(hints.get(name, Any))
+        if name in described:
+            prop["description"] = described[name]
+        if param.default is param.empty:
+            required.append(name)
+        else:
+            prop["default"] = param.default
+        properties[name] = prop
+    schema: dict[str, Any] = {"type": "object", "properties": properties}
+    if required:
+        schema["required"] = required
+    return description, schema
+
+
+def tool(
+    fn: Callable[..., Any] | None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    input_schema: dict[str, Any] | None = None,
+    crash_policy: str = "retry",
+) -> Any:
+    """Make a `Tool` of a function: `@tool` or `@tool(name=..., input_schema=...)`."""
+    if crash_policy not in CRASH_POLICIES:
+        raise ValueError(f"crash_policy must be one of {', '.join(CRASH_POLICIES)}")
+
+    def wrap(f: Callable[..., Any]) -> Tool:
+        derived_description, derived_schema = schema_for(f)
+        return Tool(
+            name=name or f.__name__,
+            description=description or derived_description or f.__name__,
+            input_schema=input_schema or derived_schema,
+            fn=f,
+            crash_policy=crash_policy,
+        )
+
+    return wrap(fn) if fn is not None else wrap
+
+
+def load_tool(ref: str, base_dir: Path, crash_policy: str = "retry") -> Tool:
+    """Load `module:function`, looking on sys.path and then in `base_dir` (the config's folder)."""
+    module_name, _, attr = ref.partition(":")
+    try:
+        module = _import(module_name, base_dir)
+        obj = getattr(module, attr)
+    except (ImportError, AttributeError) as exc:
+        raise ToolLoadError(f"cannot load tool {ref!r}: {exc}") from None
+    if isinstance(obj, Tool):
+        return attrs.evolve(obj, crash_policy=crash_policy)
+    if not callable(obj):
+        raise ToolLoadError(f"cannot load tool {ref!r}: {attr!r} is not callable")
+    made: Tool = tool(obj, crash_policy=crash_policy)
+    return made
+
+
+def _import(module_name: str, base_dir: Path) -> types.ModuleType:
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name != module_name.split(".")[0]:
+            raise
+    folder = str(base_dir.resolve())
+    if folder not in sys.path:
+        sys.path.append(folder)
+    return importlib.import_module(module_name)
+
+
+def _missing_message(t: Tool, missing: list[str]) -> str:
+    props = t.input_schema.get("properties", {})
+    optional = sorted(p for p in props if p not in t.required)
+    text = (
+        f"tool {t.name!r} was called without required parameter(s): {', '.join(missing)}."
+        f" required: {', '.join(t.required)}"
+    )
+    return text + (f"; optional: {', '.join(optional)}" if optional else "")
+
+
+def _render(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+@attrs.frozen
+class ToolBox:
+    """The tools of one run, by name."""
+
+    tools: Mapping[str, Tool]
+
+    @classmethod
+    def of(cls, tools: Iterable[Tool]) -> ToolBox:
+        """Collect tools; two with one name are an error."""
+        by_name: dict[str, Tool] = {}
+        for t in tools:
+            if t.name in by_name:
+                raise ValueError(f"duplicate tool name {t.name!r}")
+            by_name[t.name] = t
+        return cls(by_name)
+
+    @property
+    def definitions(self) -> list[dict[str, Any]]:
+        """Every tool's definition, in registration order."""
+        return [t.definition for t in self.tools.values()]
+
+    def rejection(self, name: str, arguments: Mapping[str, Any]) -> Outcome | None:
+        """The is_error outcome for a call that must not run, or None if it may."""
+        t = self.tools.get(name)
+        if t is None:
+            return Outcome(f"unknown tool {name!r}", is_error=True, ran=False)
+        if not isinstance(arguments, Mapping):
+            return Outcome(f"tool {name!r} input must be a JSON object", is_error=True, ran=False)
+        missing = [p for p in t.required if p not in arguments]
+        if missing:
+            return Outcome(_missing_message(t, missing), is_error=True, ran=False)
+        return None
+
+    async def invoke(self, name: str, arguments: Mapping[str, Any]) -> Outcome:
+        """Run a tool that passed `rejection`; an exception becomes an is_error outcome."""
+        fn = self.tools[name].fn
+        try:
+            value = fn(**arguments)
+            if inspect.isawaitable(value):
+                value = await _awaited(value)
+        except Exception as exc:
+            return Outcome(f"tool {name!r} failed: {type(exc).__name__}: {exc}", is_error=True)
+        return Outcome(_render(value))
+
+
+async def _awaited(value: Awaitable[Any]) -> Any:
+    return await value

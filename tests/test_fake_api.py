@@ -1,0 +1,260 @@
+"""The loopback fake Messages API, driven through the real anthropic SDK over HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import os
+import signal
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import pytest
+from anthropic.types import Message, MessageParam, TextBlock
+
+from fisk_sm.testing import FakeMessagesAPI, Reply, ScriptError, load_script, serve
+
+MODEL = "claude-test-model"
+USER: list[MessageParam] = [{"role": "user", "content": "hi"}]
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def api() -> Iterator[FakeMessagesAPI]:
+    with FakeMessagesAPI() as fake:
+        yield fake
+
+
+def client(api: FakeMessagesAPI, **kw: Any) -> anthropic.AsyncAnthropic:
+    return anthropic.AsyncAnthropic(api_key="test", base_url=api.base_url, **kw)
+
+
+def text_of(resp: Message) -> str:
+    block = resp.content[0]
+    assert isinstance(block, TextBlock), block
+    return block.text
+
+
+async def test_text_reply_round_trips(api: FakeMessagesAPI) -> None:
+    api.add(
+        Reply.text(
+            "hello there",
+            input_tokens=123,
+            output_tokens=45,
+            cache_read_input_tokens=67,
+            cache_creation_input_tokens=89,
+        )
+    )
+    async with client(api) as c:
+        resp = await c.messages.create(model=MODEL, max_tokens=321, messages=USER)
+    assert text_of(resp) == "hello there"
+    assert resp.stop_reason == "end_turn"
+    assert resp.model == MODEL
+    assert resp.id.startswith("msg_")
+    assert (resp.usage.input_tokens, resp.usage.output_tokens) == (123, 45)
+    assert resp.usage.cache_read_input_tokens == 67
+    assert resp.usage.cache_creation_input_tokens == 89
+    assert api.requests == [{"model": MODEL, "max_tokens": 321, "messages": USER}]
+    headers = api.request_headers[0]
+    assert headers.get("authorization") == "Bearer test" or headers.get("x-api-key") == "test"
+    assert "anthropic-version" in headers
+    assert api.remaining == 0
+
+
+async def test_tool_use_reply(api: FakeMessagesAPI) -> None:
+    api.add(Reply.tool_use("add", {"a": 1, "b": 2}, id="toolu_abc", text="let me add"))
+    async with client(api) as c:
+        resp = await c.messages.create(model=MODEL, max_tokens=50, messages=USER)
+    assert resp.stop_reason == "tool_use"
+    assert [b.type for b in resp.content] == ["text", "tool_use"]
+    block = resp.content[1]
+    assert block.type == "tool_use"
+    assert (block.id, block.name, block.input) == ("toolu_abc", "add", {"a": 1, "b": 2})
+
+
+def test_generated_tool_ids_are_unique() -> None:
+    ids = {Reply.tool_use("t", {}).content[0]["id"] for _ in range(3)}
+    assert len(ids) == 3
+    assert all(i.startswith("toolu_") for i in ids)
+
+
+async def test_overloaded_then_success_is_retried(api: FakeMessagesAPI) -> None:
+    api.add(Reply.error(529), Reply.text("second time lucky"))
+    async with client(api, max_retries=2) as c:
+        resp = await c.messages.create(model=MODEL, max_tokens=10, messages=USER)
+    assert text_of(resp) == "second time lucky"
+    assert len(api.requests) == 2
+    assert api.request_headers[1]["x-stainless-retry-count"] == "1"
+
+
+async def test_error_status_maps_to_sdk_exception(api: FakeMessagesAPI) -> None:
+    api.add(Reply.error(429))
+    async with client(api, max_retries=0) as c:
+        with pytest.raises(anthropic.RateLimitError) as info:
+            await c.messages.create(model=MODEL, max_tokens=10, messages=USER)
+    assert info.value.status_code == 429
+    assert info.value.type == "rate_limit_error"
+    assert info.value.response.headers["retry-after-ms"] == "10"  # so retries are immediate
+
+
+async def test_delay_beyond_client_timeout_times_out(
+    api: FakeMessagesAPI, capsys: pytest.CaptureFixture[str]
+) -> None:
+    api.add(Reply.text("too late", delay=0.5), Reply.text("on time"))
+    async with client(api, timeout=0.2, max_retries=0) as c:
+        started = time.monotonic()
+        with pytest.raises(anthropic.APITimeoutError):
+            await c.messages.create(model=MODEL, max_tokens=10, messages=USER)
+        assert time.monotonic() - started < 0.45
+        # let the delay run out, so the server answers a client that has hung up ...
+        await asyncio.sleep(0.6)
+        # ... which it survives quietly, and goes on answering
+        resp = await c.messages.create(model=MODEL, max_tokens=10, messages=USER)
+    assert capsys.readouterr().err == ""
+    assert text_of(resp) == "on time"
+
+
+async def test_delayed_reply_does_not_block_others(api: FakeMessagesAPI) -> None:
+    api.add(Reply.text("slow", delay=0.6), Reply.text("fast"))
+    async with client(api, max_retries=0) as c:
+        slow = asyncio.create_task(c.messages.create(model=MODEL, max_tokens=1, messages=USER))
+        for _ in range(500):  # wait until the slow request has reached the server
+            if api.requests:
+                break
+            await asyncio.sleep(0.01)
+        assert len(api.requests) == 1
+        started = time.monotonic()
+        fast = await c.messages.create(model=MODEL, max_tokens=1, messages=USER)
+        assert time.monotonic() - started < 0.4
+        assert not slow.done()
+        assert text_of(fast) == "fast"
+        assert text_of(await slow) == "slow"
+
+
+async def test_exhausted_script_is_not_retried(api: FakeMessagesAPI) -> None:
+    async with client(api, max_retries=2) as c:
+        with pytest.raises(anthropic.InternalServerError) as info:
+            await c.messages.create(model=MODEL, max_tokens=10, messages=USER)
+    assert "fake API script exhausted" in str(info.value)
+    assert len(api.requests) == 1
+
+
+def test_bad_requests_get_json_errors(api: FakeMessagesAPI) -> None:
+    def post(path: str, data: bytes) -> tuple[int, Any]:
+        req = urllib.request.Request(api.base_url + path, data=data, method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=5) as resp:
+                return resp.status, json.loads(resp.read())
+        except urllib.error.HTTPError as err:
+            return err.code, json.loads(err.read())
+
+    status, body = post("/v1/messages", b"{not json")
+    assert status == 400
+    assert body["type"] == "error"
+    assert body["error"]["type"] == "invalid_request_error"
+    status, body = post("/v1/nope", b"{}")
+    assert status == 404
+    assert body["type"] == "error"
+    assert api.requests == []
+
+
+def test_non_loopback_host_is_refused() -> None:
+    with pytest.raises(ValueError, match="loopback"):
+        FakeMessagesAPI(host="0.0.0.0")
+
+
+def test_load_script_yaml(tmp_path: Path) -> None:
+    path = tmp_path / "script.yaml"
+    path.write_text(
+        """
+- text: hello
+  usage: {input_tokens: 7, cache_read_input_tokens: 3}
+- text: calling a tool
+  tool_use: {name: search, input: {q: cats}, id: toolu_x}
+- tool_use: {name: search, input: {}}
+  stop_reason: max_tokens
+- status: 529
+  delay: 0.5
+- content: [{type: text, text: raw}]
+"""
+    )
+    first, second, third, fourth, fifth = load_script(path)
+    assert first == Reply.text("hello", input_tokens=7, cache_read_input_tokens=3)
+    assert second.stop_reason == "tool_use"
+    assert second.content == (
+        {"type": "text", "text": "calling a tool"},
+        {"type": "tool_use", "id": "toolu_x", "name": "search", "input": {"q": "cats"}},
+    )
+    assert third.stop_reason == "max_tokens"
+    assert third.content[0]["id"].startswith("toolu_")
+    assert (fourth.status, fourth.delay) == (529, 0.5)
+    assert fifth.content == ({"type": "text", "text": "raw"},)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("- text: ok\n- text: ok\n- txt: oops\n", "item 2: unknown key 'txt'"),
+        ("- text: 5\n", "item 0: field 'text'"),
+        ("- usage: {input_tokens: -1}\n", "item 0: field 'usage'"),
+        ("- tool_use: {name: x, inputs: {}}\n", "item 0: field 'tool_use': unknown key 'inputs'"),
+        ("- status: 302\n", "item 0: field 'status'"),
+        ("text: not a list\n", "expected a list"),
+    ],
+)
+def test_load_script_rejects_bad_items(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "script.yaml"
+    path.write_text(text)
+    with pytest.raises(ScriptError) as info:
+        load_script(path)
+    assert str(info.value).startswith(f"{path}: ")
+    assert message in str(info.value)
+
+
+def test_load_script_json(tmp_path: Path) -> None:
+    path = tmp_path / "script.json"
+    path.write_text(json.dumps([{"text": "hi", "delay": 0}]))
+    assert load_script(path) == (Reply.text("hi"),)
+
+
+def test_serve_reports_bad_script(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("- nope: 1\n")
+    out = io.StringIO()
+    assert serve(str(path), out=out) == 2
+    assert f"{path}: item 0: unknown key 'nope'" in out.getvalue()
+
+
+async def test_serve_subprocess_until_sigterm(tmp_path: Path) -> None:
+    script = tmp_path / "script.yaml"
+    script.write_text("- text: from the subprocess\n")
+    code = "import sys; from fisk_sm.testing import serve; sys.exit(serve(sys.argv[1], port=0))"
+    proc = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-c", code, str(script)),
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert proc.stderr is not None
+        line = (await asyncio.wait_for(proc.stderr.readline(), 10)).decode()
+        assert line.startswith("fake Messages API listening on http://127.0.0.1:"), line
+        assert line.rstrip().endswith("(1 scripted replies)")
+        base_url = line.split(" on ", 1)[1].split()[0]
+        async with anthropic.AsyncAnthropic(api_key="test", base_url=base_url) as c:
+            resp = await c.messages.create(model=MODEL, max_tokens=5, messages=USER)
+        assert text_of(resp) == "from the subprocess"
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), 10) == 0
+        assert await proc.stderr.read() == b""  # no traceback, no request log
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
