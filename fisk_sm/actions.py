@@ -82,7 +82,7 @@ async def journal_turn(run: Phase) -> None:
 async def decide_turn(run: Phase) -> None:
     """Report the turn; a truncated or refused answer becomes the run's error."""
     data = run.data
-    final = turn_is_final(run)  # type: ignore[arg-type]
+    final = turn_is_final(run)
     if data.stop_reason == "max_tokens":
         data.error = TRUNCATED
     elif final and data.stop_reason == "refusal":
@@ -126,7 +126,11 @@ async def execute_tool(run: Phase) -> None:
         harness.events.emit(
             ToolFinished(data.run_id, name, use_id, outcome.content, outcome.is_error)
         )
-    result: dict[str, Any] = {"type": "tool_result", "tool_use_id": use_id, "content": outcome.content}
+    result: dict[str, Any] = {
+        "type": "tool_result",
+        "tool_use_id": use_id,
+        "content": outcome.content,
+    }
     if outcome.is_error:
         result["is_error"] = True
     await harness.journal.append(ToolResult(run.next_seq(), use_id, result, outcome.is_error))
@@ -153,4 +157,3 @@ ACTIONS: dict[str, Callable[[Any], Awaitable[None]]] = {
         feed_back_results,
     )
 }
-

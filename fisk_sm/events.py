@@ -97,7 +97,7 @@ class ToolFinished(Event):
 
 
 @attrs.frozen
-class Warning(Event):  # noqa: A001 - the domain's word, namespaced by this module
+class Warning(Event):
     """Something the operator should know that does not stop the run."""
 
     warning: str

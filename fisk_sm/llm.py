@@ -106,7 +106,8 @@ class AnthropicModel:
             raise ModelError(f"llm call: HTTP {exc.status_code}: {_reason(exc)}{hint}") from None
         except anthropic.APIError as exc:
             raise ModelError(f"llm call: {exc}") from None
-        return reply.to_dict(mode="json")
+        message: dict[str, Any] = reply.to_dict(mode="json")
+        return message
 
     async def aclose(self) -> None:
         """Close the HTTP connections."""

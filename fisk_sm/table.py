@@ -107,7 +107,9 @@ def table_path() -> Path:
     for candidate in _CANDIDATES:
         if candidate.is_file():
             return candidate
-    raise TableError(f"states/agent_loop.yaml not found (looked in {', '.join(map(str, _CANDIDATES))})")
+    raise TableError(
+        f"states/agent_loop.yaml not found (looked in {', '.join(map(str, _CANDIDATES))})"
+    )
 
 
 @functools.cache

@@ -1,0 +1,77 @@
+"""The command line's line UI: progress on stderr, the final answer alone on stdout.
+
+Tool calls show as `-> name {args}` and their results as `<- ...`; with `trace` every state
+entry is shown too. The summary at the end names the model, the call and tool counts, the tokens
+by tier and the latency. Only a completed run's answer goes to stdout, so `fisk-sm run ... >
+answer.txt` captures exactly the answer.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import TextIO
+
+import attrs
+
+from fisk_sm.events import (
+    Event,
+    MessageReceived,
+    RunEnded,
+    StateEntered,
+    ToolCalled,
+    ToolFinished,
+    Warning,
+)
+
+__all__ = ["LineUI"]
+
+PREVIEW = 200
+
+
+def _preview(text: str) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= PREVIEW else flat[: PREVIEW - 1] + "…"
+
+
+@attrs.define
+class LineUI:
+    """Renders events as lines."""
+
+    out: TextIO = attrs.field(factory=lambda: sys.stdout)
+    err: TextIO = attrs.field(factory=lambda: sys.stderr)
+    trace: bool = False
+
+    def _say(self, text: str) -> None:
+        self.err.write(text + "\n")
+        self.err.flush()
+
+    def emit(self, event: Event) -> None:
+        """Draw one event."""
+        if isinstance(event, StateEntered) and self.trace:
+            self._say(f"· {event.state} (iteration {event.iteration})")
+        elif isinstance(event, MessageReceived) and not event.terminal and event.text:
+            self._say(f"model: {_preview(event.text)}")
+        elif isinstance(event, ToolCalled):
+            self._say(f"-> {event.name} {json.dumps(event.input, ensure_ascii=False)}")
+        elif isinstance(event, ToolFinished):
+            mark = "<- error:" if event.is_error else "<-"
+            self._say(f"{mark} {_preview(event.output)}")
+        elif isinstance(event, Warning):
+            self._say(f"warning: {event.warning} {event.name}: {_preview(event.detail)}".strip())
+        elif isinstance(event, RunEnded):
+            self._ended(event)
+
+    def _ended(self, e: RunEnded) -> None:
+        if e.state == "completed":
+            self.out.write(e.answer.rstrip("\n") + "\n")
+            self.out.flush()
+        elif e.message:
+            self._say(f"{e.state}: {e.message}")
+        else:
+            self._say(f"{e.state}")
+        self._say(
+            f"{e.model} · {e.llm_calls} llm calls · {e.tool_calls} tool calls · tokens"
+            f" in {e.input_tokens} out {e.output_tokens} cache read {e.cache_read_tokens}"
+            f" cache create {e.cache_create_tokens} · {e.seconds:.2f}s"
+        )

@@ -1,0 +1,47 @@
+"""Shared fixtures: a loopback fake Messages API and runs wired to it through the real SDK."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fisk_sm import AgentConfig, MemoryJournal, Recorder, Run, Tool, parse_config
+from fisk_sm.testing import FakeMessagesAPI
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def api() -> Iterator[FakeMessagesAPI]:
+    with FakeMessagesAPI() as fake:
+        yield fake
+
+
+def make_config(api: FakeMessagesAPI, **budget: Any) -> AgentConfig:
+    """A config pointed at the fake API, with budget overrides."""
+    return parse_config(
+        {
+            "system_prompt": "You are a test agent.",
+            "llm": {"model": "claude-test", "base_url": api.base_url, "budget": budget},
+        },
+        env={},
+    )
+
+
+def make_run(
+    api: FakeMessagesAPI, tools: list[Tool] | None = None, **budget: Any
+) -> tuple[Run, Recorder, MemoryJournal]:
+    """A run against the fake API with a recorder and an in-memory journal."""
+    events, journal = Recorder(), MemoryJournal()
+    run = Run.create(
+        make_config(api, **budget),
+        "do the thing",
+        tools=tools or [],
+        events=events,
+        journal=journal,
+        run_id="test-run",
+    )
+    return run, events, journal
