@@ -52,9 +52,8 @@ except ImportError:
 else:
     HAVE_LANGGRAPH = True
 
-TRANSITIONS_PER_ITERATION = (
-    7  # suspend_check, call, journal, decide, budget_check, execute, feed_back
-)
+# suspend_check, call, journal, decide, budget_check, execute, feed_back
+TRANSITIONS_PER_ITERATION = 7
 TRANSITIONS_FINAL = 4  # suspend_check, call, journal, decide -> completed
 OVERHEAD_TARGET_US = 100.0
 LANGGRAPH_TARGET_RATIO = 4.0
@@ -329,6 +328,23 @@ async def timed(contender: Callable[[ScriptedModel], Awaitable[int]], iterations
     return elapsed / calls
 
 
+def print_profile(profiler: cProfile.Profile, iterations: int, top: int) -> None:
+    """Top entries by cumulative and by own time, paths cut to `transitions/core.py` etc."""
+    prefixes = sorted(
+        {str(Path(p).resolve()) + "/" for p in sys.path if p and Path(p).is_dir()},
+        key=len,
+        reverse=True,
+    )
+    for order, count in (("cumulative", top), ("tottime", 15)):
+        out = io.StringIO()
+        pstats.Stats(profiler, stream=out).sort_stats(order).print_stats(count)
+        text = out.getvalue().split("\n\n", 1)[-1].rstrip()
+        for prefix in prefixes:
+            text = text.replace(prefix, "")
+        print(f"\n--- cProfile, one fisk-sm run of {iterations} iterations, by {order} ---")
+        print(text)
+
+
 async def profile_fisk(config: AgentConfig, iterations: int, top: int = 25) -> None:
     model = ScriptedModel(script(iterations))
     await run_fisk(config, ScriptedModel(script(iterations)))  # warm
@@ -337,12 +353,7 @@ async def profile_fisk(config: AgentConfig, iterations: int, top: int = 25) -> N
     profiler.enable()
     await run_fisk(config, model)
     profiler.disable()
-    for order in ("cumulative", "tottime"):
-        out = io.StringIO()
-        stats = pstats.Stats(profiler, stream=out).strip_dirs().sort_stats(order)
-        stats.print_stats(top if order == "cumulative" else 15)
-        print(f"\n--- cProfile, fisk-sm run of {iterations} iterations, sorted by {order} ---")
-        print(out.getvalue().split("\n\n", 1)[-1].rstrip())
+    print_profile(profiler, iterations, top)
 
 
 def us(seconds: float) -> str:

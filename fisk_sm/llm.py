@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import anthropic
 import attrs
 
 from fisk_sm.config import LLMConfig
+
+if TYPE_CHECKING:  # the SDK takes a second to import; only a real model call needs it
+    import anthropic
 
 __all__ = ["AnthropicModel", "ModelClient", "ModelError", "ModelRequest", "build_request"]
 
@@ -82,6 +84,8 @@ class AnthropicModel:
     def client(self) -> anthropic.AsyncAnthropic:
         """The SDK client, made on first use (so building a run needs no API key)."""
         if self._client is None:
+            import anthropic
+
             key = self.api_key or os.environ.get("ANTHROPIC_API_KEY") or "unset"
             self._client = anthropic.AsyncAnthropic(
                 api_key=key,
@@ -93,6 +97,8 @@ class AnthropicModel:
 
     async def create(self, request: ModelRequest) -> dict[str, Any]:
         """One call; every failure becomes a `ModelError` naming what went wrong."""
+        import anthropic
+
         deadline = self.llm.budget.call_timeout
         try:
             async with asyncio.timeout(deadline):

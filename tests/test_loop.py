@@ -30,7 +30,7 @@ def side_effect_tool(path: Path) -> Tool:
 
 async def test_steps_visit_the_loop_states_in_order(api: FakeMessagesAPI, tmp_path: Path) -> None:
     api.add(Reply.tool_use("touch", {"label": "one"}, id="toolu_a"), Reply.text("done"))
-    run, events, journal = make_run(api, [side_effect_tool(tmp_path / "fx")])
+    run, _, journal = make_run(api, [side_effect_tool(tmp_path / "fx")])
     steps: list[Step] = []
     while not run.finished:
         steps.append(await run.step())

@@ -1,0 +1,120 @@
+"""Typed events: one per state entry, in order; and the adapters that render them."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import make_config, make_run
+from structlog.testing import capture_logs
+
+from fisk_sm import (
+    Fanout,
+    JsonLinesEvents,
+    LineUI,
+    MessageReceived,
+    Recorder,
+    Run,
+    RunEnded,
+    RunStarted,
+    StateEntered,
+    StructlogEvents,
+    ToolCalled,
+    ToolFinished,
+    tool,
+)
+from fisk_sm.testing import FakeMessagesAPI, Reply
+
+
+@tool
+def echo(text: str) -> str:
+    """Echo the text back."""
+    return text
+
+
+async def test_one_state_entered_event_per_state_entry_in_order(api: FakeMessagesAPI) -> None:
+    api.add(Reply.tool_use("echo", {"text": "hi"}), Reply.text("bye"))
+    run, events, _ = make_run(api, [echo])
+    entered: list[str] = []
+    while not run.finished:
+        before = len(events.of(StateEntered))
+        step = await run.step()
+        new = events.of(StateEntered)[before:]
+        # the first step also reports entering the initial state
+        entered += [e.state for e in new]
+        assert new[-1].state == step.destination
+    assert entered == [
+        "suspend_check", "call", "journal", "decide", "budget_check", "execute", "feed_back",
+        "suspend_check", "call", "journal", "decide", "completed",
+    ]  # fmt: skip
+    kinds = [type(e).__name__ for e in events]
+    assert kinds[0] == "RunStarted"
+    assert kinds[-1] == "RunEnded"
+    order = [e for e in kinds if e in ("ToolCalled", "ToolFinished", "MessageReceived")]
+    assert order == ["MessageReceived", "ToolCalled", "ToolFinished", "MessageReceived"]
+    ended = events.of(RunEnded)[0]
+    assert (ended.state, ended.answer, ended.llm_calls, ended.tool_calls) == (
+        "completed",
+        "bye",
+        2,
+        1,
+    )
+    assert ended.input_tokens == 20
+    started = events.of(RunStarted)[0]
+    assert started.tools == ("echo",) and started.model == "claude-test"
+    messages = events.of(MessageReceived)
+    assert [m.terminal for m in messages] == [False, True]
+
+
+async def test_structlog_adapter_logs_every_event(api: FakeMessagesAPI) -> None:
+    api.add(Reply.tool_use("echo", {"text": "x" * 5000}), Reply.text("done"))
+    with capture_logs() as logs:
+        run = Run.create(make_config(api), "go", tools=[echo], events=StructlogEvents())
+        await run.run()
+    names = [entry["event"] for entry in logs]
+    assert names[0] == "run_started"
+    assert names.count("state_entered") == 12
+    assert names[-1] == "run_ended"
+    called = next(e for e in logs if e["event"] == "tool_called")
+    assert called["name"] == "echo" and called["log_level"] == "info"
+    finished = next(e for e in logs if e["event"] == "tool_finished")
+    assert len(finished["output"]) == 2048 and finished["truncated"] is True
+    assert all(e["run_id"] == run.data.run_id for e in logs)
+
+
+def test_importing_fisk_sm_does_not_configure_logging() -> None:
+    # structlog etiquette: the library never calls structlog.configure (checked in a fresh
+    # interpreter, since capture_logs configures structlog in this one)
+    code = "import fisk_sm, structlog, logging;"
+    code += "print(structlog.is_configured(), logging.root.handlers)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False []"
+
+
+async def test_line_ui_puts_only_the_answer_on_stdout(api: FakeMessagesAPI) -> None:
+    api.add(Reply.tool_use("echo", {"text": "hey"}, text="let me echo"), Reply.text("the answer"))
+    out, err = io.StringIO(), io.StringIO()
+    run = Run.create(make_config(api), "go", tools=[echo], events=LineUI(out=out, err=err))
+    await run.run()
+    assert out.getvalue() == "the answer\n"
+    lines = err.getvalue().splitlines()
+    assert '-> echo {"text": "hey"}' in lines
+    assert "<- hey" in lines
+    assert "model: let me echo" in lines
+    assert lines[-1].startswith("claude-test · 2 llm calls · 1 tool calls · tokens in 20 out 10")
+
+
+async def test_json_lines_stream_and_fanout(api: FakeMessagesAPI, tmp_path: Path) -> None:
+    api.add(Reply.text("fine"))
+    recorder = Recorder()
+    path = tmp_path / "events.jsonl"
+    with path.open("w") as stream:
+        sinks = Fanout((recorder, JsonLinesEvents(stream)))
+        await Run.create(make_config(api), "go", events=sinks).run()
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [line["event"] for line in lines] == [e.kind for e in recorder]
+    assert lines[-1]["state"] == "completed" and lines[-1]["answer"] == "fine"
+    assert not recorder.of(ToolCalled) and not recorder.of(ToolFinished)
