@@ -24,6 +24,7 @@ test: lint
 	$(BIN)/pytest -q
 
 bench: $(STAMP)
+	$(BIN)/pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python bench/loop_overhead.py
 
 diagrams: $(STAMP)

@@ -1,7 +1,7 @@
 """Engine time per loop iteration: fisk-sm vs a hand-written loop vs LangGraph.
 
 Every contender drives the same in-process fake model through N tool-use iterations (one
-`tool_use` block per reply, calling a trivial sync `echo` tool) and one final text reply, so
+`tool_use` block per reply, calling a trivial async `echo` tool) and one final text reply, so
 each run makes N + 1 model calls. The replies are built before the clock starts and the model
 does nothing but hand the next one back, so what is timed is the loop itself:
 
@@ -61,7 +61,7 @@ PROMPT = "Echo things until told to stop."
 
 
 @tool
-def echo(text: str) -> str:
+async def echo(text: str) -> str:
     """Return `text` unchanged.
 
     Args:
@@ -142,7 +142,7 @@ async def run_fisk(config: AgentConfig, model: ScriptedModel) -> int:
     return model.calls
 
 
-def _call_tool(tools: dict[str, Tool], block: dict[str, Any]) -> dict[str, Any]:
+async def _call_tool(tools: dict[str, Tool], block: dict[str, Any]) -> dict[str, Any]:
     """Dispatch one tool_use block the way a minimal hand loop would; never raises."""
     name, arguments = block["name"], block.get("input") or {}
     result: dict[str, Any] = {"type": "tool_result", "tool_use_id": block["id"]}
@@ -155,7 +155,7 @@ def _call_tool(tools: dict[str, Tool], block: dict[str, Any]) -> dict[str, Any]:
         result |= {"content": f"missing {', '.join(missing)}", "is_error": True}
         return result
     try:
-        value = t.fn(**arguments)
+        value = await t.fn(**arguments)
     except Exception as exc:
         result |= {"content": f"{type(exc).__name__}: {exc}", "is_error": True}
         return result
@@ -206,7 +206,7 @@ async def run_hand(config: AgentConfig, model: ScriptedModel) -> int:
         results = []
         for block in pending:
             tool_calls += 1
-            result = _call_tool(tools, block)
+            result = await _call_tool(tools, block)
             journal.append({"type": "tool_result", "result": result})
             results.append(result)
         messages.append({"role": "user", "content": results})
@@ -271,11 +271,11 @@ def build_langgraph(config: AgentConfig) -> Callable[[ScriptedModel], Awaitable[
             return END
         return "tools"
 
-    def run_tools(state: State, config: RunnableConfig) -> dict[str, Any]:
+    async def run_tools(state: State, config: RunnableConfig) -> dict[str, Any]:
         journal = config["configurable"]["journal"]
         results = []
         for block in state["pending"]:
-            result = _call_tool(tools, block)
+            result = await _call_tool(tools, block)
             journal.append({"type": "tool_result", "result": result})
             results.append(result)
         return {

@@ -12,11 +12,17 @@ module; none of it does I/O. A step of a run is three moves:
 3. `transitions` sets the new state on the run and runs the *entry hooks* named in the table
    (`fisk_sm.hooks`), which emit typed events.
 
-One `Machine` serves every run: runs are never added to it as models (that would cost a Machine's
-worth of bound methods per run and keep every run alive). Instead a trigger is fired for a run
-with `Event.trigger(run)`, the "unbound model" pattern, and the machine reads and writes only the
-run's `state` attribute. Guards and hooks are resolved to functions once, when the machine is
-built, so no name lookup happens per step.
+One `transitions` Machine, built once from the table, serves every run: runs are never added to
+it as models (that would cost a Machine's worth of bound methods per run and keep every run
+alive). `fire_with_transitions(run)` fires a trigger for a run through `transitions` itself with
+`Event.trigger(run)`, the "unbound model" pattern.
+
+The hot path, `fire(run)`, evaluates the very same exits from *routes* compiled from the table
+when the machine is built: per source state, an ordered tuple of (guard, unless, destination),
+with guards and entry hooks already resolved to functions. `transitions` spends about 9 µs per
+trigger on machinery we do not use (EventData, queued processing, exit callbacks, debug logging);
+the routes take under 1 µs. A test fires both paths for every state and every combination of
+guard outcomes and checks that they always agree, so the routes cannot drift from the Machine.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from transitions import EventData, Machine
 
 from fisk_sm.table import Table, TableError
 
-__all__ = ["LoopMachine", "Stateful", "Step", "build_machine"]
+__all__ = ["LoopMachine", "Route", "Stateful", "Step", "build_machine"]
 
 # transitions logs every transition at INFO; a library must stay quiet.
 logging.getLogger("transitions").setLevel(logging.WARNING)
@@ -56,16 +62,42 @@ Hook = Callable[[Any], None]
 
 
 @attrs.frozen
+class Route:
+    """One exit compiled for the hot path: taken when `guard` holds and `unless` does not."""
+
+    guard: Predicate | None
+    unless: Predicate | None
+    dest: str
+    hooks: tuple[Hook, ...]
+
+
+@attrs.frozen
 class LoopMachine:
-    """The table plus the shared `transitions` Machine built from it."""
+    """The table, the shared `transitions` Machine built from it, and the compiled routes."""
 
     table: Table
     machine: Machine
     triggers: Mapping[str, str]
     terminal: frozenset[str]
+    actions: Mapping[str, str]
+    routes: Mapping[str, tuple[Route, ...]]
 
-    def fire(self, run: Stateful) -> Step:
-        """Fire the trigger of the run's state; guards pick the exit, hooks run on entry."""
+    def fire(self, run: Stateful) -> None:
+        """Fire the trigger of the run's state: the first exit whose guards hold wins, and
+        the destination's entry hooks run."""
+        for route in self.routes[run.state]:
+            if route.guard is not None and not route.guard(run):
+                continue
+            if route.unless is not None and route.unless(run):
+                continue
+            run.state = route.dest
+            for hook in route.hooks:
+                hook(run)
+            return
+        raise TableError(f"no exit of {run.state!r} holds")  # pragma: no cover - last is else
+
+    def fire_with_transitions(self, run: Stateful) -> Step:
+        """The same transition fired through `transitions` itself (slower; for checking)."""
         source = run.state
         trigger = self.triggers[source]
         self.machine.events[trigger].trigger(run)
@@ -114,4 +146,18 @@ def build_machine(
         ignore_invalid_triggers=False,
     )
     triggers = {s.name: table.trigger_of(s.name) for s in table.states if not s.terminal}
-    return LoopMachine(table, machine, triggers, frozenset(table.terminal_states))
+    actions = {s.name: s.action for s in table.states if s.action}
+    entry = {s.name: tuple(hooks[h] for h in s.on_enter) for s in table.states}
+    routes = {
+        source: tuple(
+            Route(
+                guards[t.guard] if t.guard else None,
+                guards[t.unless] if t.unless else None,
+                t.dest,
+                entry[t.dest],
+            )
+            for t in table.exits(source)
+        )
+        for source in triggers
+    }
+    return LoopMachine(table, machine, triggers, frozenset(table.terminal_states), actions, routes)

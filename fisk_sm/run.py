@@ -132,28 +132,34 @@ class Run:
 
     async def step(self) -> Step:
         """Exactly one transition: the state's action, then its trigger; returns what it did."""
-        if self.finished:
+        source = self.state
+        await self._advance()
+        return Step(source, self.machine.triggers[source], self.state)
+
+    async def _advance(self) -> None:
+        machine = self.machine
+        action = machine.actions.get(self.state)
+        if action is None:
             raise RunFinished(f"run {self.data.run_id} already ended in {self.state!r}")
         if self._started_at is None:
             await self._begin()
-        action = self.machine.table.state(self.state).action
-        await ACTIONS[action or ""](self)
-        step = self.machine.fire(self)
-        if self.finished:
+        await ACTIONS[action](self)
+        machine.fire(self)
+        if self.state in machine.terminal:
             terminal = Terminal(self.next_seq(), self.state, self.outcome)
             await self.harness.journal.append(terminal)
-        return step
 
     async def run(self) -> str:
         """Step until a terminal state; returns its name."""
-        while not self.finished:
-            await self.step()
+        terminal = self.machine.terminal
+        while self.state not in terminal:
+            await self._advance()
         return self.state
 
     async def run_until(self, *states: str) -> str:
         """Step until the run enters one of `states` (or ends); returns the state reached."""
         while not self.finished:
-            await self.step()
+            await self._advance()
             if self.state in states:
                 break
         return self.state

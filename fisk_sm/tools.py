@@ -9,6 +9,7 @@ run goes on.
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import inspect
 import json
@@ -235,7 +236,12 @@ class ToolBox:
         """Run a tool that passed `rejection`; an exception becomes an is_error outcome."""
         fn = self.tools[name].fn
         try:
-            value = fn(**arguments)
+            if inspect.iscoroutinefunction(fn):
+                value = await fn(**arguments)
+            else:
+                # A worker thread keeps the event loop free: signals, timeouts and the other
+                # runs of a supervisor go on while a blocking tool works.
+                value = await asyncio.to_thread(fn, **arguments)
             if inspect.isawaitable(value):
                 value = await _awaited(value)
         except Exception as exc:

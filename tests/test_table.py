@@ -97,3 +97,33 @@ def test_every_transition_of_the_table_is_an_edge_of_the_diagram() -> None:
     mermaid = (ROOT / "diagrams" / "agent_loop.mmd").read_text()
     for t in table.transitions:
         assert f"{t.source} --> {t.dest} : {t.label}" in mermaid
+
+
+class _Probe:
+    """A stand-in run whose guard outcomes are set by the test."""
+
+    def __init__(self, state: str, outcomes: dict[str, bool]) -> None:
+        self.state = state
+        self.outcomes = outcomes
+        self.entered: list[str] = []
+
+
+def test_compiled_routes_agree_with_transitions_for_every_guard_outcome() -> None:
+    import itertools
+
+    table = load_table()
+    names = sorted(table.guard_names)
+    guards = {n: (lambda run, n=n: run.outcomes[n]) for n in names}
+    hooks = {h: (lambda run, h=h: run.entered.append(f"{h}:{run.state}")) for h in HOOKS}
+    machine = build_machine(table, guards, hooks)
+    checked = 0
+    for source in machine.triggers:
+        for values in itertools.product([False, True], repeat=len(names)):
+            outcomes = dict(zip(names, values, strict=True))
+            fast, slow = _Probe(source, outcomes), _Probe(source, outcomes)
+            machine.fire(fast)
+            step = machine.fire_with_transitions(slow)
+            assert (fast.state, fast.entered) == (slow.state, slow.entered)
+            assert step.trigger == machine.triggers[source]
+            checked += 1
+    assert checked == 7 * 2 ** len(names)
