@@ -16,8 +16,11 @@ from fisk_sm.harness import Harness
 from fisk_sm.llm import ModelError
 from fisk_sm.records import Assistant, ToolResult, ToolStarted
 from fisk_sm.snapshot import RunData, Usage, tool_uses
+from fisk_sm.tools import Outcome
 
-__all__ = ["ACTIONS", "Phase"]
+__all__ = ["ACTIONS", "INTERRUPTED", "Phase"]
+
+INTERRUPTED = "outcome unknown: the run stopped while this tool was running"
 
 
 class Phase(Protocol):
@@ -115,10 +118,10 @@ async def execute_tool(run: Phase) -> None:
     name, use_id = call["name"], call["id"]
     arguments = call.get("input") or {}
     data.tool_calls += 1
-    outcome = harness.tools.rejection(name, arguments)
+    outcome = _interrupted(run, name, use_id) or harness.tools.rejection(name, arguments)
     if outcome is not None:
-        kind = "unknown_tool" if name not in harness.tools.tools else "missing_required"
-        harness.events.emit(Warning(data.run_id, kind, name, outcome.content))
+        if outcome.warning:
+            harness.events.emit(Warning(data.run_id, outcome.warning, name, outcome.content))
     else:
         await harness.journal.append(ToolStarted(run.next_seq(), use_id, name))
         harness.events.emit(ToolCalled(data.run_id, name, use_id, dict(arguments)))
@@ -136,6 +139,21 @@ async def execute_tool(run: Phase) -> None:
     await harness.journal.append(ToolResult(run.next_seq(), use_id, result, outcome.is_error))
     data.results.append(result)
     data.pending.pop(0)
+
+
+def _interrupted(run: Phase, name: str, use_id: str) -> Outcome | None:
+    """A call that was running when the process died, under a crash policy other than retry.
+
+    `ask` goes to the confirm gate once there is one; until then it behaves as `fail`.
+    """
+    interrupted = run.data.interrupted
+    if use_id not in interrupted:
+        return None
+    interrupted.remove(use_id)
+    known = run.harness.tools.tools.get(name)
+    if known is None or known.crash_policy == "retry":
+        return None
+    return Outcome(INTERRUPTED, is_error=True, ran=False, warning="tool_interrupted")
 
 
 async def feed_back_results(run: Phase) -> None:

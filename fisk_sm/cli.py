@@ -1,23 +1,23 @@
 """The `fisk-sm` command: run an agent, draw the loop, serve the fake Messages API.
 
 Bad input never shows a traceback (unless `--debug`): it prints one line naming the file or field
-and exits 2. A run exits 0 when it completed or was suspended, and 1 when it ended otherwise.
+(a refused resume lists each change) and exits 2. A run exits 0 when it completed or was
+suspended, 1 when it ended otherwise, and 130 when a second signal aborted it.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from fisk_sm.config import ConfigError, load_config
+from fisk_sm.config import ConfigError
 from fisk_sm.diagram import FORMATS, DiagramError, render
-from fisk_sm.events import Events, Fanout
-from fisk_sm.lineui import LineUI
-from fisk_sm.logevents import JsonLinesEvents
-from fisk_sm.run import Run
+from fisk_sm.fingerprint import ResumeRefused
+from fisk_sm.journal import JournalError
+from fisk_sm.runcmd import DEFAULT_PROMPT, UsageError, cmd_run
+from fisk_sm.sessioncmd import cmd_session
 from fisk_sm.table import TableError, load_table
 from fisk_sm.testing import ScriptError, serve
 from fisk_sm.tools import ToolLoadError
@@ -25,11 +25,6 @@ from fisk_sm.tools import ToolLoadError
 __all__ = ["main"]
 
 EXIT_USAGE = 2
-DEFAULT_PROMPT = "assist the user"
-
-
-class UsageError(Exception):
-    """Bad flags or arguments; exit 2 with one line."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -52,7 +47,48 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--events", type=Path, metavar="FILE", help="also write every event as JSON Lines to FILE"
     )
+    run.add_argument(
+        "--checkpoint",
+        action="store_true",
+        help="journal the run as a session (printed at start) so that it can be resumed",
+    )
+    run.add_argument("--name", metavar="ID", help="the session id (with --checkpoint)")
+    run.add_argument("--resume", metavar="ID", help="resume session ID (takes no prompt)")
+    run.add_argument(
+        "--force",
+        action="store_true",
+        help="with --resume: continue even though the configuration changed (not the provider)",
+    )
+    run.add_argument("--state-dir", type=Path, help="the sessions directory (default: XDG state)")
     run.add_argument("prompt", nargs="*", help=f"the prompt (default: {DEFAULT_PROMPT!r})")
+
+    session = sub.add_parser(
+        "session",
+        help="list, show, remove or fork checkpointed sessions",
+        description="Work with the sessions of the file backend: --state-dir, else the"
+        " directory of -c agent.yaml, else $XDG_STATE_HOME/fisk-sm/runs.",
+    )
+    where = argparse.ArgumentParser(add_help=False)
+    where.add_argument("--state-dir", type=Path, help="the sessions directory")
+    where.add_argument("-c", "--config", type=Path, help="take the directory from agent.yaml")
+    ssub = session.add_subparsers(dest="session_command", required=True, metavar="ACTION")
+    ls = ssub.add_parser("ls", parents=[where], help="list sessions, newest first")
+    ls.add_argument("--json", action="store_true", help="as JSON")
+    show = ssub.add_parser("show", parents=[where], help="show one session")
+    show.add_argument("id")
+    show.add_argument("--transcript", action="store_true", help="also the conversation")
+    rm = ssub.add_parser("rm", parents=[where], help="delete a session")
+    rm.add_argument("id")
+    fork = ssub.add_parser(
+        "fork",
+        parents=[where],
+        help="copy the first SEQ records of a session into a new one",
+        description="Time travel: a new session NEW whose journal is the first SEQ records of"
+        " ID; resume it with `fisk-sm run --resume NEW`.",
+    )
+    fork.add_argument("id")
+    fork.add_argument("--at", type=int, required=True, metavar="SEQ", help="records to keep")
+    fork.add_argument("--name", required=True, metavar="NEW", help="the new session id")
 
     diagram = sub.add_parser(
         "diagram",
@@ -74,24 +110,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    """`fisk-sm run`."""
-    config = load_config(args.config)
-    prompt = " ".join(args.prompt).strip() or DEFAULT_PROMPT
-    sinks: list[Events] = [LineUI(trace=args.trace)]
-    stream = None
-    if args.events:
-        stream = args.events.open("a", encoding="utf-8")
-        sinks.append(JsonLinesEvents(stream))
-    try:
-        run = Run.create(config, prompt, events=Fanout(tuple(sinks)))
-        state = asyncio.run(run.run())
-    finally:
-        if stream is not None:
-            stream.close()
-    return 0 if state in ("completed", "suspended") else 1
-
-
 def cmd_diagram(args: argparse.Namespace) -> int:
     """`fisk-sm diagram`."""
     text = render(load_table(), args.format)
@@ -107,7 +125,12 @@ def cmd_fake_api(args: argparse.Namespace) -> int:
     return serve(args.script, host=args.host, port=args.port)
 
 
-COMMANDS = {"run": cmd_run, "diagram": cmd_diagram, "fake-api": cmd_fake_api}
+COMMANDS = {
+    "run": cmd_run,
+    "session": cmd_session,
+    "diagram": cmd_diagram,
+    "fake-api": cmd_fake_api,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -120,12 +143,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except (
         ConfigError,
+        JournalError,
+        ResumeRefused,
         ToolLoadError,
         ScriptError,
         TableError,
         DiagramError,
         UsageError,
         OSError,
+        ValueError,
     ) as exc:
         if args.debug:
             raise

@@ -26,7 +26,10 @@ __all__ = [
     "AgentConfig",
     "Budget",
     "ConfigError",
+    "HarnessConfig",
     "LLMConfig",
+    "SessionOptions",
+    "Sessions",
     "Thinking",
     "ToolSpec",
     "check_base_url",
@@ -146,6 +149,32 @@ class ToolSpec:
     crash_policy: str = attrs.field(default="retry", validator=_check_crash_policy)
 
 
+_check_backend = _check(lambda v: None if v == "file" else f"must be 'file', got {_show(v)}")
+
+
+@attrs.frozen
+class SessionOptions:
+    """Options of the session backend."""
+
+    #: The file backend's directory; relative paths are taken from the config's folder.
+    directory: str | None = None
+
+
+@attrs.frozen
+class Sessions:
+    """Where checkpointed runs keep their journals."""
+
+    backend: str = attrs.field(default="file", validator=_check_backend)
+    options: SessionOptions = SessionOptions()
+
+
+@attrs.frozen
+class HarnessConfig:
+    """Settings of the harness around the loop."""
+
+    sessions: Sessions = Sessions()
+
+
 @attrs.frozen
 class AgentConfig:
     """The whole ``agent.yaml``; ``path`` is where it was loaded from (not a YAML key)."""
@@ -154,12 +183,19 @@ class AgentConfig:
     system_prompt: str = ""
     identity: str = attrs.field(default="fisk-sm", validator=_check_identity)
     tools: tuple[ToolSpec, ...] = ()
+    harness: HarnessConfig = HarnessConfig()
     path: Path | None = None
 
     @property
     def base_dir(self) -> Path:
         """Folder that tool modules are resolved against: the config's folder, or the cwd."""
         return self.path.parent if self.path is not None else Path.cwd()
+
+    @property
+    def sessions_directory(self) -> Path | None:
+        """`harness.sessions.options.directory`, resolved against the config's folder."""
+        directory = self.harness.sessions.options.directory
+        return None if directory is None else self.base_dir / Path(directory).expanduser()
 
 
 def parse_duration(text: str) -> float:

@@ -20,6 +20,7 @@ __all__ = [
     "MessageReceived",
     "Recorder",
     "RunEnded",
+    "RunResumed",
     "RunStarted",
     "StateEntered",
     "ToolCalled",
@@ -53,6 +54,16 @@ class RunStarted(Event):
     tools: tuple[str, ...]
     thinking: bool
     resumed: bool = False
+
+
+@attrs.frozen
+class RunResumed(Event):
+    """A session was folded from its journal and continues in `state`."""
+
+    state: str
+    iteration: int
+    messages: tuple[dict[str, Any], ...]
+    status: str
 
 
 @attrs.frozen

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import TextIO
+from collections.abc import Iterable
+from typing import Any, TextIO
 
 import attrs
 
@@ -18,13 +19,14 @@ from fisk_sm.events import (
     Event,
     MessageReceived,
     RunEnded,
+    RunResumed,
     StateEntered,
     ToolCalled,
     ToolFinished,
     Warning,
 )
 
-__all__ = ["LineUI"]
+__all__ = ["LineUI", "transcript_lines"]
 
 PREVIEW = 200
 
@@ -32,6 +34,31 @@ PREVIEW = 200
 def _preview(text: str) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= PREVIEW else flat[: PREVIEW - 1] + "…"
+
+
+def _block_line(role: str, block: dict[str, Any]) -> str:
+    kind = block.get("type")
+    if kind == "text":
+        return f"{role}: {_preview(block.get('text', ''))}"
+    if kind == "tool_use":
+        return f"-> {block.get('name')} {json.dumps(block.get('input'), ensure_ascii=False)}"
+    if kind == "tool_result":
+        content = block.get("content", "")
+        text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
+        return f"{'<- error:' if block.get('is_error') else '<-'} {_preview(text)}"
+    return f"{role}: [{kind}]"
+
+
+def transcript_lines(messages: Iterable[dict[str, Any]]) -> list[str]:
+    """A conversation as the lines the line UI shows for it."""
+    lines = []
+    for message in messages:
+        role, content = message["role"], message["content"]
+        if isinstance(content, str):
+            lines.append(f"{role}: {_preview(content)}")
+        else:
+            lines += [_block_line(role, block) for block in content]
+    return lines
 
 
 @attrs.define
@@ -59,6 +86,13 @@ class LineUI:
             self._say(f"{mark} {_preview(event.output)}")
         elif isinstance(event, Warning):
             self._say(f"warning: {event.warning} {event.name}: {_preview(event.detail)}".strip())
+        elif isinstance(event, RunResumed):
+            self._say(
+                f"resuming {event.run_id} ({event.status}) at iteration {event.iteration},"
+                f" in {event.state}; transcript so far:"
+            )
+            for line in transcript_lines(event.messages):
+                self._say(f"  {line}")
         elif isinstance(event, RunEnded):
             self._ended(event)
 

@@ -19,6 +19,7 @@ from typing import Any
 from fisk_sm.actions import ACTIONS
 from fisk_sm.config import AgentConfig, Budget
 from fisk_sm.events import Events, RunStarted
+from fisk_sm.fingerprint import fingerprint
 from fisk_sm.guards import GUARDS, terminal_message
 from fisk_sm.harness import Harness
 from fisk_sm.hooks import HOOKS
@@ -59,6 +60,7 @@ class Run:
         self.data = data
         self.harness = harness
         self.suspend_requested = False
+        self.resumed = False
         self._seq = seq
         self._started_at: float | None = None
 
@@ -118,7 +120,9 @@ class Run:
         self._started_at = time.monotonic()
         harness = self.harness
         if harness.journal.last_seq == 0:
-            meta = Meta(self.next_seq(), FORMAT_VERSION, self.data.run_id, _now(), {}, "")
+            data = self.data
+            print_ = fingerprint(harness)
+            meta = Meta(self.next_seq(), FORMAT_VERSION, data.run_id, _now(), print_, data.prompt)
             await harness.journal.append(meta)
         harness.events.emit(
             RunStarted(
@@ -126,6 +130,7 @@ class Run:
                 harness.config.llm.model,
                 tuple(harness.tools.tools),
                 harness.config.llm.thinking.enabled,
+                self.resumed,
             )
         )
         HOOKS["state_entered"](self)
@@ -165,8 +170,16 @@ class Run:
         return self.state
 
     def snapshot(self) -> Snapshot:
-        """A frozen copy of the state and the resumable data."""
-        return Snapshot.of(self.state, self.data)
+        """A frozen copy of the state and the resumable data; JSON-ready (`to_json`)."""
+        status = self.state if self.finished else "open"
+        return Snapshot.of(
+            self.state, self.data, status=status, outcome=self.outcome, seq=self._seq
+        )
+
+    @classmethod
+    def restore(cls, snapshot: Snapshot, harness: Harness) -> Run:
+        """A run continuing from `snapshot` on freshly built infrastructure."""
+        return cls(snapshot.data(), harness, snapshot.state, seq=snapshot.seq)
 
     def answer(self) -> str:
         """The final answer's text (empty unless completed)."""

@@ -8,9 +8,11 @@ actions, which keeps a step O(1); `Snapshot` is its frozen, JSON-ready copy.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import attrs
+import cattrs
 
 __all__ = ["Message", "RunData", "Snapshot", "Usage", "tool_uses"]
 
@@ -80,6 +82,7 @@ class RunData:
     pending: list[Message] = attrs.Factory(list)
     results: list[Message] = attrs.Factory(list)
     error: str | None = None
+    interrupted: list[str] = attrs.Factory(list)
 
     @classmethod
     def begin(cls, run_id: str, prompt: str) -> RunData:
@@ -111,9 +114,54 @@ class Snapshot:
     pending: tuple[Message, ...]
     results: tuple[Message, ...]
     error: str | None
+    interrupted: tuple[str, ...] = ()
+    status: str = "open"
+    outcome: str | None = None
+    seq: int = 0
+    created: str = ""
+    fingerprint: dict[str, Any] = attrs.Factory(dict)
+
+    @property
+    def completed(self) -> bool:
+        """Whether the run ended with a final answer (such a run cannot be resumed)."""
+        return self.status == "completed"
+
+    @property
+    def answered(self) -> tuple[str, ...]:
+        """The tool_use ids of the pending batch that already have a result."""
+        return tuple(r["tool_use_id"] for r in self.results)
+
+    def data(self) -> RunData:
+        """A fresh, mutable `RunData` holding this snapshot's data."""
+        return RunData(
+            run_id=self.run_id,
+            prompt=self.prompt,
+            messages=list(self.messages),
+            iteration=self.iteration,
+            usage=self.usage,
+            last_usage=self.last_usage,
+            llm_calls=self.llm_calls,
+            tool_calls=self.tool_calls,
+            turn=self.turn,
+            stop_reason=self.stop_reason,
+            pending=list(self.pending),
+            results=list(self.results),
+            error=self.error,
+            interrupted=list(self.interrupted),
+        )
+
+    def to_json(self) -> str:
+        """The snapshot as JSON (`Snapshot.from_json` reads it back)."""
+        return json.dumps(_converter.unstructure(self))
 
     @classmethod
-    def of(cls, state: str, data: RunData) -> Snapshot:
+    def from_json(cls, text: str | bytes) -> Snapshot:
+        """Read a snapshot written by `to_json`."""
+        snapshot: Snapshot = _converter.structure(json.loads(text), cls)
+        return snapshot
+
+    @classmethod
+    def of(cls, state: str, data: RunData, **extra: Any) -> Snapshot:
         """Copy `data` (containers become tuples, so later steps cannot change it)."""
         return cls(
             state=state,
@@ -130,4 +178,9 @@ class Snapshot:
             pending=tuple(data.pending),
             results=tuple(data.results),
             error=data.error,
+            interrupted=tuple(data.interrupted),
+            **extra,
         )
+
+
+_converter = cattrs.Converter()

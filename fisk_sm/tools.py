@@ -63,6 +63,7 @@ class Outcome:
     content: str
     is_error: bool = False
     ran: bool = True
+    warning: str = ""
 
 
 _JSON_TYPES: dict[Any, str] = {
@@ -224,12 +225,12 @@ class ToolBox:
         """The is_error outcome for a call that must not run, or None if it may."""
         t = self.tools.get(name)
         if t is None:
-            return Outcome(f"unknown tool {name!r}", is_error=True, ran=False)
+            return Outcome(f"unknown tool {name!r}", True, False, "unknown_tool")
         if not isinstance(arguments, Mapping):
-            return Outcome(f"tool {name!r} input must be a JSON object", is_error=True, ran=False)
+            return Outcome(f"tool {name!r} input must be a JSON object", True, False, "bad_input")
         missing = [p for p in t.required if p not in arguments]
         if missing:
-            return Outcome(_missing_message(t, missing), is_error=True, ran=False)
+            return Outcome(_missing_message(t, missing), True, False, "missing_required")
         return None
 
     async def invoke(self, name: str, arguments: Mapping[str, Any]) -> Outcome:

@@ -1,0 +1,132 @@
+"""`fisk-sm run`: drive one run from the command line, with signals and sessions.
+
+With `--checkpoint` (or `--resume`) the first SIGINT or SIGTERM requests a suspend, which takes
+effect at the next loop boundary, never mid-tool; the process then prints how to resume and exits
+0. A second signal aborts at once: every record already journaled stays, and a tool that was
+running is handled by its crash policy on resume. Without a journal, a signal aborts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from fisk_sm.config import AgentConfig, load_config
+from fisk_sm.events import Events, Fanout
+from fisk_sm.filestore import FileStore, default_directory
+from fisk_sm.lineui import LineUI
+from fisk_sm.logevents import JsonLinesEvents
+from fisk_sm.run import Run
+from fisk_sm.sessions import resume_session, start_session
+
+__all__ = ["UsageError", "cmd_run", "store_for"]
+
+DEFAULT_PROMPT = "assist the user"
+EXIT_ABORTED = 130
+
+
+class UsageError(Exception):
+    """Bad flags or arguments; exit 2 with one line."""
+
+
+def store_for(state_dir: Path | None, config: AgentConfig | None) -> FileStore:
+    """The session store: `--state-dir`, else the config's directory, else the XDG default."""
+    configured = config.sessions_directory if config is not None else None
+    return FileStore(state_dir or configured or default_directory())
+
+
+def _check_flags(args: argparse.Namespace) -> None:
+    if args.resume and args.prompt:
+        raise UsageError("--resume continues a session; it takes no prompt")
+    if args.resume and args.checkpoint:
+        raise UsageError(
+            "--resume and --checkpoint cannot be combined (a resumed run is journaled)"
+        )
+    if args.name and not args.checkpoint:
+        raise UsageError("--name needs --checkpoint")
+    if args.force and not args.resume:
+        raise UsageError("--force needs --resume")
+    if args.state_dir and not (args.checkpoint or args.resume):
+        raise UsageError("--state-dir needs --checkpoint or --resume")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Run, checkpoint or resume an agent."""
+    _check_flags(args)
+    config = load_config(args.config)
+    stream: TextIO | None = None
+    sinks: list[Events] = [LineUI(trace=args.trace)]
+    if args.events:
+        stream = args.events.open("a", encoding="utf-8")
+        sinks.append(JsonLinesEvents(stream))
+    events = Fanout(tuple(sinks))
+    try:
+        if args.resume:
+            run = resume_session(
+                config,
+                args.resume,
+                store_for(args.state_dir, config),
+                force=args.force,
+                events=events,
+            )
+        elif args.checkpoint:
+            prompt = " ".join(args.prompt).strip() or DEFAULT_PROMPT
+            store = store_for(args.state_dir, config)
+            run = start_session(config, prompt, store, run_id=args.name, events=events)
+            _say(f"session: {run.data.run_id}")
+        else:
+            prompt = " ".join(args.prompt).strip() or DEFAULT_PROMPT
+            run = Run.create(config, prompt, events=events)
+        return asyncio.run(_drive(run, args, journaled=bool(args.resume or args.checkpoint)))
+    finally:
+        if stream is not None:
+            stream.close()
+
+
+def _say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+async def _drive(run: Run, args: argparse.Namespace, *, journaled: bool) -> int:
+    task = asyncio.ensure_future(run.run())
+    signals = 0
+
+    def on_signal() -> None:
+        nonlocal signals
+        signals += 1
+        if journaled and signals == 1:
+            run.request_suspend()
+            _say("suspending at the next loop boundary (signal again to abort)")
+        else:
+            task.cancel()
+
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, on_signal)
+    try:
+        state = await task
+    except asyncio.CancelledError:
+        _say("aborted; every completed step is in the journal" if journaled else "aborted")
+        if journaled:
+            _say(_resume_hint(run, args))
+        # A tool still running in a worker thread must not hold the exit: the journal is
+        # already durable, and the crash policy handles that tool on resume.
+        sys.stdout.flush()
+        os._exit(EXIT_ABORTED)
+    finally:
+        close = getattr(run.harness.journal, "close", None)
+        if close is not None:
+            await close()
+    if state == "suspended":
+        _say(f"suspended; {_resume_hint(run, args)}")
+    return 0 if state in ("completed", "suspended") else 1
+
+
+def _resume_hint(run: Run, args: argparse.Namespace) -> str:
+    state_dir = f" --state-dir {args.state_dir}" if args.state_dir else ""
+    return f"resume with: fisk-sm run -c {args.config}{state_dir} --resume {run.data.run_id}"

@@ -1,0 +1,102 @@
+"""Checkpointed runs: start a session in a store, or resume one through the resume gate.
+
+A session's journal lives in a `FileStore`. Starting one writes the meta record (with the resume
+fingerprint) before anything else. Resuming one loads the journal without a lock, refuses a
+completed session, a provider change or (without `force`) any drift of the configuration, then
+opens the journal (taking the lock, truncating a torn last line), folds it and continues from the
+folded state. A fixed reminder is added to the system prompt of a resumed run; it is not part of
+the fingerprint.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+
+from fisk_sm.config import AgentConfig
+from fisk_sm.events import Events, RunResumed
+from fisk_sm.filestore import FileStore
+from fisk_sm.fingerprint import check_resume, fingerprint
+from fisk_sm.fold import fold
+from fisk_sm.harness import Harness
+from fisk_sm.llm import ModelClient
+from fisk_sm.records import FORMAT_VERSION, Meta
+from fisk_sm.run import Run, new_run_id
+from fisk_sm.snapshot import RunData
+from fisk_sm.tools import Tool
+
+__all__ = ["RESUME_REMINDER", "resume_session", "start_session"]
+
+RESUME_REMINDER = (
+    "This run was suspended and has now been resumed. Results of tools that ran before the"
+    " resume may be stale: check again before relying on them."
+)
+
+
+def _never() -> bool:
+    return False
+
+
+def _harness(
+    config: AgentConfig,
+    model: ModelClient | None,
+    tools: Iterable[Tool],
+    events: Events | None,
+    should_suspend: Callable[[], bool] | None,
+) -> Harness:
+    return Harness.build(
+        config, model=model, tools=tools, events=events, should_suspend=should_suspend or _never
+    )
+
+
+def start_session(
+    config: AgentConfig,
+    prompt: str,
+    store: FileStore,
+    *,
+    run_id: str | None = None,
+    model: ModelClient | None = None,
+    tools: Iterable[Tool] = (),
+    events: Events | None = None,
+    should_suspend: Callable[[], bool] | None = None,
+) -> Run:
+    """Create a session in `store` (its meta record is durable on return) and its run."""
+    harness = _harness(config, model, tools, events, should_suspend)
+    run_id = run_id or new_run_id()
+    created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    meta = Meta(1, FORMAT_VERSION, run_id, created, fingerprint(harness), prompt)
+    harness.journal = store.create(meta)
+    return Run(RunData.begin(run_id, prompt), harness, seq=1)
+
+
+def resume_session(
+    config: AgentConfig,
+    run_id: str,
+    store: FileStore,
+    *,
+    force: bool = False,
+    model: ModelClient | None = None,
+    tools: Iterable[Tool] = (),
+    events: Events | None = None,
+    should_suspend: Callable[[], bool] | None = None,
+) -> Run:
+    """Resume session `run_id`; raises `ResumeRefused` or a journal error if it cannot."""
+    saved = fold(store.load(run_id))
+    harness = _harness(config, model, tools, events, should_suspend)
+    check_resume(
+        run_id, saved.fingerprint, fingerprint(harness), completed=saved.completed, force=force
+    )
+    journal = store.open(run_id)
+    try:
+        snapshot = fold(journal.records)
+    except Exception:
+        journal.close_sync()
+        raise
+    harness.journal = journal
+    harness.system = (*harness.system, {"type": "text", "text": RESUME_REMINDER})
+    run = Run.restore(snapshot, harness)
+    run.resumed = True
+    harness.events.emit(
+        RunResumed(run_id, snapshot.state, snapshot.iteration, snapshot.messages, snapshot.status)
+    )
+    return run
