@@ -1,21 +1,18 @@
 """The file backend of sessions: one JSON Lines journal per session, locked while a run owns it.
 
-Layout: `<dir>/<id>.json` is the journal (mode 0600), `<dir>/<id>.lock` the lock file taken with a
-non-blocking exclusive `flock`; the directory is mode 0700. Each append is one `write` of one line
-followed by `fsync`. On `open`, a torn last line (no trailing newline, or undecodable) is truncated
-away so the next append starts clean; a bad interior line is a `CorruptJournalError` and the file
-is left untouched.
+`<dir>/<id>.json` is the journal (0600), `<dir>/<id>.lock` its flock; the directory is 0700. `open`
+truncates a torn last line so the next append starts clean; a bad interior line is an error.
 """
 
 from __future__ import annotations
 
 import builtins
+import contextlib
 import fcntl
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from types import TracebackType
 
 import attrs
 
@@ -64,15 +61,11 @@ def _one_line(text: object) -> str:
     return " ".join(str(text).split())
 
 
-def _is_valid_id(run_id: str) -> bool:
-    return len(run_id) <= _MAX_ID and _ID.fullmatch(run_id) is not None
-
-
 def check_run_id(run_id: str) -> str:
     """Return `run_id` if it is a valid session id, else raise `InvalidIdError`."""
-    if not _is_valid_id(run_id):
+    if len(run_id) > _MAX_ID or _ID.fullmatch(run_id) is None:
         raise InvalidIdError(
-            f"invalid session id {run_id[:_MAX_ID + 8]!r}: must match "
+            f"invalid session id {run_id[: _MAX_ID + 8]!r}: must match "
             f"^[a-zA-Z0-9][a-zA-Z0-9_-]*$ and be at most {_MAX_ID} characters"
         )
     return run_id
@@ -101,21 +94,21 @@ class SessionInfo:
 
 
 def _parse(path: Path, data: bytes) -> tuple[builtins.list[Record], int]:
-    """Decode a journal: its good records and the byte offset where the good prefix ends.
+    """A journal's good records and the byte offset where they end (a torn last line left out).
 
-    A torn last line is left out of both; a bad interior line or a seq out of order raises
-    `CorruptJournalError` naming `path` and the 1-based line.
+    A bad interior line, a seq out of step or a misplaced meta is a `CorruptJournalError`.
     """
     lines = data.split(b"\n")
-    torn_tail = lines.pop() != b""  # the text after the last newline: a write cut short
+    lines.pop()  # the text after the last newline, if any: a write cut short, dropped
     records: list[Record] = []
     end = 0
     for number, line in enumerate(lines, start=1):
         try:
             record = decode(line)
         except ValueError as exc:
-            if number == len(lines) and not torn_tail:
-                break  # the last line is garbage: torn, dropped
+            # Only text after the last newline can be a torn write (the newline is the last
+            # byte written); a complete line that does not decode is corruption, or a record
+            # of a newer format that must not be thrown away.
             raise CorruptJournalError(f"{path}: line {number}: {_one_line(exc)}") from None
         if record.seq != number:
             raise CorruptJournalError(f"{path}: line {number}: seq {record.seq}, expected {number}")
@@ -127,19 +120,29 @@ def _parse(path: Path, data: bytes) -> tuple[builtins.list[Record], int]:
     return records, end
 
 
+def _not_found(run_id: str, path: Path) -> SessionNotFoundError:
+    return SessionNotFoundError(f"session '{run_id}' not found: {path}")
+
+
+@contextlib.contextmanager
+def _errors(path: Path, run_id: str = "") -> Iterator[None]:
+    """Re-raise an OSError as a one-line `JournalError` naming `path` (or as not-found)."""
+    try:
+        yield
+    except FileNotFoundError as exc:
+        if run_id:
+            raise _not_found(run_id, path) from None
+        raise JournalError(f"{path}: {_one_line(exc)}") from exc
+    except OSError as exc:
+        raise JournalError(f"{path}: {_one_line(exc)}") from exc
+
+
 def _fsync_directory(directory: Path) -> None:
     fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def _read_fd(fd: int) -> bytes:
-    chunks = []
-    while chunk := os.read(fd, 1 << 20):
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 @attrs.define(eq=False)
@@ -169,10 +172,9 @@ class FileJournal:
         After a failed write the journal refuses further appends (the file's tail is unknown);
         reopen the session, which truncates a torn line.
         """
-        if self._closed:
-            raise JournalError(f"{self.path}: journal is closed")
-        if self._broken:
-            raise JournalError(f"{self.path}: journal is broken by a failed write; reopen it")
+        if self._closed or self._broken:
+            why = "closed" if self._closed else "broken by a failed write; reopen it"
+            raise JournalError(f"{self.path}: journal is {why}")
         try:
             if not check_append(self._last_seq, record):
                 return
@@ -211,9 +213,7 @@ class FileJournal:
     def __enter__(self) -> FileJournal:
         return self
 
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close_sync()
 
 
@@ -222,11 +222,6 @@ class FileStore:
     """Sessions as JSON Lines files in `directory`."""
 
     directory: Path = attrs.field(converter=Path)
-
-    @classmethod
-    def default(cls, env: Mapping[str, str] | None = None) -> FileStore:
-        """A store in `default_directory(env)`."""
-        return cls(default_directory(env))
 
     def path(self, run_id: str) -> Path:
         """The journal of `run_id`: `<dir>/<id>.json` (the id is checked first)."""
@@ -238,33 +233,24 @@ class FileStore:
 
     def ensure_directory(self) -> None:
         """Create the directory (mode 0700) and its missing parents; an existing one is kept."""
-        if self.directory.is_dir():
-            return
-        self.directory.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            self.directory.mkdir(mode=0o700)
-        except FileExistsError:
-            return
-        self.directory.chmod(0o700)  # mkdir's mode is masked by the umask
+        if not self.directory.is_dir():
+            self.directory.parent.mkdir(parents=True, exist_ok=True)
+            self.directory.mkdir(mode=0o700, exist_ok=True)
+            self.directory.chmod(0o700)  # mkdir's mode is masked by the umask
 
     def _lock(self, run_id: str) -> int:
         """Take the session's lock without blocking; the lock fd, or `SessionLockedError`."""
         lock_path = self.lock_path(run_id)
-        try:
+        with _errors(lock_path):
             fd = os.open(lock_path, os.O_RDONLY | os.O_CREAT, 0o600)
-        except OSError as exc:
-            raise JournalError(f"{lock_path}: {_one_line(exc)}") from exc
         try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise SessionLockedError(f"session '{run_id}' is locked by another run") from None
-            try:
-                same = os.stat(lock_path).st_ino == os.fstat(fd).st_ino
-            except FileNotFoundError:
-                same = False
-            if not same:  # a delete unlinked the lock file between our open and flock
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            # A delete may have unlinked the lock file between our open and flock.
+            if not lock_path.exists() or lock_path.stat().st_ino != os.fstat(fd).st_ino:
                 raise SessionLockedError(f"session '{run_id}' is being deleted")
+        except BlockingIOError:
+            os.close(fd)
+            raise SessionLockedError(f"session '{run_id}' is locked by another run") from None
         except BaseException:
             os.close(fd)
             raise
@@ -278,84 +264,61 @@ class FileStore:
         path = self.path(run_id)
         if path.exists():
             raise SessionExistsError(f"session '{run_id}' already exists: {path}")
-        try:
+        with _errors(path), contextlib.ExitStack() as undo:
             self.ensure_directory()
-        except OSError as exc:
-            raise JournalError(f"{self.directory}: {_one_line(exc)}") from exc
-        lock_fd = self._lock(run_id)
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
-        except FileExistsError:
-            os.close(lock_fd)
-            raise SessionExistsError(f"session '{run_id}' already exists: {path}") from None
-        except OSError as exc:
-            os.close(lock_fd)
-            raise JournalError(f"{path}: {_one_line(exc)}") from exc
-        journal = FileJournal(path, fd, lock_fd, [meta])
-        try:
+            lock_fd = self._lock(run_id)
+            undo.callback(os.close, lock_fd)
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
+            except FileExistsError:
+                raise SessionExistsError(f"session '{run_id}' already exists: {path}") from None
+            undo.callback(os.close, fd)
+            undo.callback(path.unlink, missing_ok=True)  # a failed create leaves nothing behind
             os.fchmod(fd, 0o600)  # the umask may have taken bits off
+            journal = FileJournal(path, fd, lock_fd, [meta])
             journal.append_sync(meta)
-            _fsync_directory(self.directory)
-        except BaseException as exc:
-            path.unlink(missing_ok=True)
-            journal.close_sync()
-            if isinstance(exc, OSError):
-                raise JournalError(f"{path}: {_one_line(exc)}") from exc
-            raise
+            _fsync_directory(self.directory)  # make the new file's directory entry durable
+            undo.pop_all()
         return journal
 
     def open(self, run_id: str) -> FileJournal:
-        """Open session `run_id` for appending: lock it, validate it, truncate a torn last line."""
+        """Open session `run_id` for appending: lock it, validate it, truncate a torn last line.
+
+        A corrupt journal raises `CorruptJournalError` with the file unchanged and the lock freed.
+        """
         path = self.path(run_id)
         if not path.exists():
-            raise SessionNotFoundError(f"session '{run_id}' not found: {path}")
-        lock_fd = self._lock(run_id)
-        try:
-            try:
-                fd = os.open(path, os.O_RDWR | os.O_APPEND)
-            except FileNotFoundError:
-                raise SessionNotFoundError(f"session '{run_id}' not found: {path}") from None
-            try:
-                data = _read_fd(fd)
-                records, end = _parse(path, data)
-                if end < len(data):
-                    os.ftruncate(fd, end)
-                    os.fsync(fd)
-            except BaseException:
-                os.close(fd)
-                raise
-        except OSError as exc:
-            os.close(lock_fd)
-            raise JournalError(f"{path}: {_one_line(exc)}") from exc
-        except BaseException:
-            os.close(lock_fd)
-            raise
+            raise _not_found(run_id, path)
+        with _errors(path, run_id), contextlib.ExitStack() as undo:
+            lock_fd = self._lock(run_id)
+            undo.callback(os.close, lock_fd)
+            fd = os.open(path, os.O_RDWR | os.O_APPEND)
+            undo.callback(os.close, fd)
+            data = path.read_bytes()  # under the lock: no writer but us
+            records, end = _parse(path, data)
+            if end < len(data):
+                os.ftruncate(fd, end)
+                os.fsync(fd)
+            undo.pop_all()
         return FileJournal(path, fd, lock_fd, records, len(records))
 
     def load(self, run_id: str) -> builtins.list[Record]:
         """Read session `run_id` without locking or changing it (a torn last line is dropped)."""
         path = self.path(run_id)
-        try:
+        with _errors(path, run_id):
             data = path.read_bytes()
-        except FileNotFoundError:
-            raise SessionNotFoundError(f"session '{run_id}' not found: {path}") from None
-        except OSError as exc:
-            raise JournalError(f"{path}: {_one_line(exc)}") from exc
         return _parse(path, data)[0]
 
     def delete(self, run_id: str) -> None:
         """Remove the session's journal and lock file; refused while another run holds it."""
         path = self.path(run_id)
         if not path.exists():
-            raise SessionNotFoundError(f"session '{run_id}' not found: {path}")
+            raise _not_found(run_id, path)
         lock_fd = self._lock(run_id)
         try:
-            path.unlink()
-            self.lock_path(run_id).unlink(missing_ok=True)
-        except FileNotFoundError:
-            raise SessionNotFoundError(f"session '{run_id}' not found: {path}") from None
-        except OSError as exc:
-            raise JournalError(f"{path}: {_one_line(exc)}") from exc
+            with _errors(path, run_id):
+                path.unlink()
+                self.lock_path(run_id).unlink(missing_ok=True)
         finally:
             os.close(lock_fd)
 
@@ -385,27 +348,18 @@ class FileStore:
             return []
         infos = []
         for path in paths:
-            if not _is_valid_id(path.stem):
-                continue
             try:
                 updated = path.stat().st_mtime
                 records = self.load(path.stem)
-            except (OSError, JournalError):
+            except (OSError, JournalError):  # an invalid id, unreadable or corrupt
                 continue
             if not records:
                 continue
             meta = records[0]
             assert isinstance(meta, Meta)
             ends = [r.reason for r in records if isinstance(r, Terminal)]
-            infos.append(
-                SessionInfo(
-                    run_id=path.stem,
-                    model=str(meta.fingerprint.get("model", "")),
-                    status=ends[-1] if ends else "open",
-                    updated=updated,
-                    prompt=meta.prompt,
-                    records=len(records),
-                )
-            )
+            model = str(meta.fingerprint.get("model", ""))
+            status = ends[-1] if ends else "open"
+            infos.append(SessionInfo(path.stem, model, status, updated, meta.prompt, len(records)))
         infos.sort(key=lambda info: (-info.updated, info.run_id))
         return infos

@@ -1,0 +1,357 @@
+"""The file backend: real files under tmp_path, real fsync, real flock across processes."""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from fisk_sm.filestore import (
+    CorruptJournalError,
+    FileStore,
+    InvalidIdError,
+    SessionExistsError,
+    SessionLockedError,
+    SessionNotFoundError,
+    check_run_id,
+    default_directory,
+)
+from fisk_sm.journal import JournalError
+from fisk_sm.records import FORMAT_VERSION, Meta, Record, Terminal, User, encode
+
+
+def meta(run_id: str = "abc", model: str = "claude-test", prompt: str = "do it") -> Meta:
+    return Meta(
+        seq=1,
+        version=FORMAT_VERSION,
+        run_id=run_id,
+        created="2025-01-01T00:00:00Z",
+        fingerprint={"model": model},
+        prompt=prompt,
+    )
+
+
+def user(seq: int) -> User:
+    return User(seq=seq, message={"role": "user", "content": [{"type": "text", "text": f"m{seq}"}]})
+
+
+def lines(*records: Record) -> bytes:
+    return b"".join(encode(r).encode() + b"\n" for r in records)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> FileStore:
+    return FileStore(tmp_path / "state" / "runs")
+
+
+def make(store: FileStore, run_id: str = "abc", n: int = 1) -> list[Record]:
+    """A closed session with meta plus user records up to seq `n`."""
+    records: list[Record] = [meta(run_id), *(user(s) for s in range(2, n + 1))]
+    with store.create(meta(run_id)) as journal:
+        for record in records[1:]:
+            journal.append_sync(record)
+    return records
+
+
+@pytest.fixture
+def umask0() -> Iterator[None]:
+    old = os.umask(0)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+@pytest.mark.usefixtures("umask0")
+def test_create_sets_modes_and_writes_meta(store: FileStore) -> None:
+    with store.create(meta()) as journal:
+        assert journal.last_seq == 1
+        assert journal.records == [meta()]
+        assert stat.S_IMODE(store.directory.stat().st_mode) == 0o700
+        assert stat.S_IMODE(store.path("abc").stat().st_mode) == 0o600
+        assert stat.S_IMODE(store.lock_path("abc").stat().st_mode) == 0o600
+    assert store.path("abc").read_bytes() == lines(meta())
+    assert store.path("abc") == store.directory / "abc.json"
+
+
+async def test_append_contract(store: FileStore) -> None:
+    journal = store.create(meta())
+    await journal.append(user(2))
+    before = store.path("abc").read_bytes()
+    assert before == lines(meta(), user(2))
+    await journal.append(User(seq=2, message={"role": "user", "content": "other"}))
+    await journal.append(meta())
+    assert store.path("abc").read_bytes() == before
+    with pytest.raises(JournalError, match="seq gap") as info:
+        await journal.append(user(4))
+    assert str(store.path("abc")) in str(info.value)
+    assert store.path("abc").read_bytes() == before
+    assert journal.last_seq == 2
+    await journal.append(user(3))
+    await journal.close()
+    await journal.close()  # idempotent
+    assert store.load("abc") == [meta(), user(2), user(3)]
+    with pytest.raises(JournalError, match="closed"):
+        journal.append_sync(user(4))
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [b'{"type":"user","seq":3,"mes', b"\x00\x00\x00", encode(user(3)).encode()],
+    ids=["partial", "zero-filled", "no-newline"],
+)
+def test_torn_tail_is_truncated_on_open(store: FileStore, tail: bytes) -> None:
+    make(store, n=2)
+    good = lines(meta(), user(2))
+    with store.path("abc").open("ab") as f:
+        f.write(tail)
+    assert store.load("abc") == [meta(), user(2)]
+    assert store.path("abc").read_bytes() == good + tail  # load changes nothing
+    with store.open("abc") as journal:
+        assert journal.last_seq == 2
+        assert journal.records == [meta(), user(2)]
+        assert store.path("abc").read_bytes() == good
+        journal.append_sync(user(3))
+    assert store.path("abc").read_bytes() == good + encode(user(3)).encode() + b"\n"
+    assert store.load("abc") == [meta(), user(2), user(3)]
+
+
+@pytest.mark.parametrize(
+    "tail", [b"\x00\x00\x00\n", b"\n", b'{"type":"from_the_future","seq":3}\n']
+)
+def test_a_complete_last_line_that_does_not_decode_is_corruption_not_a_torn_write(
+    store: FileStore, tail: bytes
+) -> None:
+    # The newline is the last byte of every append, so a complete line was fully written:
+    # dropping it could throw away a record of a newer format.
+    make(store, n=2)
+    with store.path("abc").open("ab") as f:
+        f.write(tail)
+    before = store.path("abc").read_bytes()
+    with pytest.raises(CorruptJournalError, match="line 3"):
+        store.open("abc")
+    with pytest.raises(CorruptJournalError, match="line 3"):
+        store.load("abc")
+    assert store.path("abc").read_bytes() == before
+
+
+def test_a_torn_meta_leaves_an_empty_journal(store: FileStore) -> None:
+    store.ensure_directory()
+    store.path("abc").write_bytes(lines(meta())[:-5])
+    assert store.load("abc") == []
+    with store.open("abc") as journal:
+        assert (journal.last_seq, journal.records) == (0, [])
+        assert store.path("abc").read_bytes() == b""
+        journal.append_sync(meta())
+    assert store.load("abc") == [meta()]
+
+
+@pytest.mark.parametrize(
+    ("body", "line", "why"),
+    [
+        (lines(meta()) + b"not json\n" + lines(user(2)), 2, "malformed record"),
+        (lines(meta()) + b"\n" + lines(user(2)), 2, "malformed record"),
+        (lines(meta(), user(3)), 2, "seq 3, expected 2"),
+        (lines(meta(), user(2), user(2)), 3, "seq 2, expected 3"),
+        (lines(user(1), user(2)), 1, "not meta"),
+        (lines(meta(), Meta(2, FORMAT_VERSION, "abc", "t", {}, "p")), 2, "meta record after"),
+        (lines(meta(), user(2)) + b"{oops\n" + b"torn", 3, "malformed record"),
+    ],
+)
+def test_interior_garbage_is_corrupt_and_untouched(
+    store: FileStore, body: bytes, line: int, why: str
+) -> None:
+    store.ensure_directory()
+    store.path("abc").write_bytes(body)
+    for _ in range(2):  # the second attempt sees Corrupt again, not Locked: the lock was freed
+        with pytest.raises(CorruptJournalError) as info:
+            store.open("abc")
+        message = str(info.value)
+        assert message.startswith(f"{store.path('abc')}: line {line}: ")
+        assert why in message
+        assert "\n" not in message
+        assert store.path("abc").read_bytes() == body
+    with pytest.raises(CorruptJournalError, match=f"line {line}"):
+        store.load("abc")
+    assert store.list() == []
+
+
+@pytest.mark.parametrize("bad", ["../x", "", "a" * 129, "-x", "a/b", "abc\n", ".x", "a b"])
+def test_invalid_ids_touch_nothing(store: FileStore, bad: str) -> None:
+    calls: list[Callable[[], object]] = [
+        lambda: store.path(bad),
+        lambda: store.create(meta(bad)),
+        lambda: store.open(bad),
+        lambda: store.load(bad),
+        lambda: store.delete(bad),
+        lambda: store.fork("abc", 1, bad),
+        lambda: store.fork(bad, 1, "abc"),
+    ]
+    for call in calls:
+        with pytest.raises(InvalidIdError, match="invalid session id") as info:
+            call()
+        assert "\n" not in str(info.value)
+    assert not store.directory.exists()
+    assert not (store.directory.parent / "x").exists()
+    assert check_run_id("a" * 128) == "a" * 128
+
+
+def test_second_create_is_refused(store: FileStore) -> None:
+    make(store, n=2)
+    before = store.path("abc").read_bytes()
+    with pytest.raises(SessionExistsError, match="'abc'"):
+        store.create(meta())
+    with store.open("abc"), pytest.raises(SessionExistsError):
+        store.create(meta())  # even while another run holds it
+    assert store.path("abc").read_bytes() == before
+    with store.open("abc") as journal:  # the refused creates left the lock free
+        assert journal.last_seq == 2
+
+
+def test_missing_sessions(store: FileStore) -> None:
+    for call in (store.open, store.load, store.delete):
+        with pytest.raises(SessionNotFoundError, match="session 'nope' not found"):
+            call("nope")
+    assert not store.directory.exists()
+    with pytest.raises(SessionNotFoundError):
+        store.fork("nope", 1, "new")
+
+
+def test_delete(store: FileStore) -> None:
+    make(store)
+    make(store, "other")
+    store.lock_path("other").unlink()
+    with store.open("abc"), pytest.raises(SessionLockedError):
+        store.delete("abc")
+    assert store.load("abc") == [meta()]
+    store.delete("abc")
+    store.delete("other")  # a missing lock file is fine
+    assert list(store.directory.iterdir()) == []
+    with pytest.raises(SessionNotFoundError):
+        store.load("abc")
+    with pytest.raises(SessionNotFoundError):
+        store.delete("abc")
+
+
+OPENER = """
+import sys
+from fisk_sm.filestore import FileStore
+try:
+    journal = FileStore(sys.argv[1]).open(sys.argv[2])
+except Exception as exc:
+    print(type(exc).__name__)
+else:
+    print("opened", journal.last_seq)
+    journal.close_sync()
+"""
+
+
+def open_elsewhere(store: FileStore, run_id: str) -> str:
+    proc = subprocess.run(
+        [sys.executable, "-c", OPENER, str(store.directory), run_id],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return proc.stdout.strip()
+
+
+def test_a_second_process_cannot_open_an_open_session(store: FileStore) -> None:
+    make(store, n=2)
+    with store.path("abc").open("ab") as f:
+        f.write(b'{"torn')  # would be truncated by a successful open
+    before = store.path("abc").read_bytes()
+    with store.open("abc") as journal:
+        journal.append_sync(user(3))
+        before = store.path("abc").read_bytes()
+        assert open_elsewhere(store, "abc") == "SessionLockedError"
+        assert store.path("abc").read_bytes() == before
+        journal.append_sync(user(4))
+    assert open_elsewhere(store, "abc") == "opened 4"
+
+
+def test_failed_write_breaks_the_journal(store: FileStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    journal = store.create(meta())
+
+    def full(fd: int, data: bytes) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "write", full)
+        with pytest.raises(JournalError, match="No space left") as info:
+            journal.append_sync(user(2))
+    assert str(store.path("abc")) in str(info.value)
+    assert journal.last_seq == 1
+    with pytest.raises(JournalError, match="broken"):
+        journal.append_sync(user(2))
+    journal.close_sync()
+    assert store.load("abc") == [meta()]
+
+
+def test_short_writes_are_completed(store: FileStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    real_write = os.write
+    with store.create(meta()) as journal:
+        monkeypatch.setattr(os, "write", lambda fd, data: real_write(fd, data[:7]))
+        journal.append_sync(user(2))
+    assert store.path("abc").read_bytes() == lines(meta(), user(2))
+
+
+def test_list_newest_first(store: FileStore) -> None:
+    assert store.list() == []  # no directory yet
+    make(store, "old", n=2)
+    with store.create(Meta(1, FORMAT_VERSION, "done", "t", {"model": "m2"}, "finish it")) as j:
+        j.append_sync(Terminal(seq=2, reason="suspended"))
+        j.append_sync(Terminal(seq=3, reason="completed"))
+    make(store, "new")
+    (store.directory / "broken.json").write_bytes(lines(meta("broken")) + b"x\n" + lines(user(3)))
+    (store.directory / "bad id.json").write_bytes(lines(meta("bad id")))
+    for run_id, mtime in [("old", 1000), ("done", 2000), ("new", 3000), ("broken", 4000)]:
+        os.utime(store.path(run_id), (mtime, mtime))
+    infos = store.list()
+    assert [i.run_id for i in infos] == ["new", "done", "old"]
+    assert [i.status for i in infos] == ["open", "completed", "open"]
+    assert [i.records for i in infos] == [1, 3, 2]
+    assert infos[1].model == "m2"
+    assert infos[1].prompt == "finish it"
+    assert infos[1].updated == 2000
+    for run_id, mtime in [("old", 3000), ("done", 2000), ("new", 1000)]:  # the reverse order
+        os.utime(store.path(run_id), (mtime, mtime))
+    assert [i.run_id for i in store.list()] == ["old", "done", "new"]
+
+
+def test_fork(store: FileStore) -> None:
+    records = make(store, n=4)
+    before = store.path("abc").read_bytes()
+    store.fork("abc", 3, "child")
+    forked = store.load("child")
+    assert forked == [meta("child"), *records[1:3]]
+    assert store.path("abc").read_bytes() == before
+    with store.open("child") as journal:  # the fork was closed: its lock is free
+        assert journal.last_seq == 3
+    for at in (0, 5):
+        with pytest.raises(ValueError, match="between 1 and 4"):
+            store.fork("abc", at, "other")
+    with pytest.raises(SessionExistsError):
+        store.fork("abc", 2, "child")
+    assert store.load("child") == forked
+    assert not store.path("other").exists()
+
+
+def test_default_directory(monkeypatch: pytest.MonkeyPatch) -> None:
+    env = {"XDG_STATE_HOME": "/xdg/state", "HOME": "/home/u"}
+    assert default_directory(env) == Path("/xdg/state/fisk-sm/runs")
+    for xdg in ("", "relative/state"):
+        env["XDG_STATE_HOME"] = xdg
+        assert default_directory(env) == Path("/home/u/.local/state/fisk-sm/runs")
+    monkeypatch.setenv("XDG_STATE_HOME", "/elsewhere")
+    assert default_directory() == Path("/elsewhere/fisk-sm/runs")
+    monkeypatch.delenv("XDG_STATE_HOME")
+    monkeypatch.setenv("HOME", "/h")
+    assert default_directory() == Path("/h/.local/state/fisk-sm/runs")

@@ -1,0 +1,138 @@
+"""fold: the pure function from journal records to the resumable snapshot (REFERENCE §9, 34)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from fisk_sm.fold import FoldError, fold
+from fisk_sm.records import (
+    FORMAT_VERSION,
+    Assistant,
+    Meta,
+    Record,
+    Terminal,
+    ToolResult,
+    ToolStarted,
+    User,
+)
+from fisk_sm.snapshot import Snapshot
+
+
+def meta(version: int = FORMAT_VERSION) -> Meta:
+    return Meta(1, version, "r1", "2026-12-02T00:00:00Z", {"model": "m"}, "the prompt")
+
+
+def use(id_: str) -> dict[str, Any]:
+    return {"type": "tool_use", "id": id_, "name": "t", "input": {}}
+
+
+def turn(seq: int, iteration: int, *blocks: dict[str, Any], stop: str = "tool_use") -> Assistant:
+    return Assistant(
+        seq, iteration, {"role": "assistant", "content": list(blocks)}, stop, 10, 5, 3, 2
+    )
+
+
+def result(seq: int, id_: str) -> ToolResult:
+    block = {"type": "tool_result", "tool_use_id": id_, "content": f"out {id_}"}
+    return ToolResult(seq, id_, block)
+
+
+def test_meta_only_is_the_prompt_at_the_first_boundary() -> None:
+    snap = fold([meta()])
+    assert snap.messages == ({"role": "user", "content": "the prompt"},)
+    assert (snap.iteration, snap.state, snap.status, snap.seq) == (0, "suspend_check", "open", 1)
+
+
+def test_a_fully_answered_turn_is_committed_with_one_user_message() -> None:
+    snap = fold([meta(), turn(2, 0, use("a"), use("b")), result(3, "a"), result(4, "b")])
+    assert [m["role"] for m in snap.messages] == ["user", "assistant", "user"]
+    assert [b["tool_use_id"] for b in snap.messages[2]["content"]] == ["a", "b"]
+    assert (snap.state, snap.iteration, snap.tool_calls, snap.llm_calls) == (
+        "suspend_check",
+        1,
+        2,
+        1,
+    )
+    assert snap.usage.total == 20 and snap.usage.cache_create_tokens == 2
+    assert not snap.pending
+
+
+def test_a_partly_answered_turn_resumes_in_execute_with_only_the_unanswered_calls() -> None:
+    snap = fold(
+        [meta(), turn(2, 0, use("a"), use("b"), use("c")), result(3, "a"), ToolStarted(4, "b", "t")]
+    )
+    assert snap.state == "execute"
+    assert [p["id"] for p in snap.pending] == ["b", "c"]
+    assert snap.answered == ("a",)
+    assert snap.interrupted == ("b",)
+    assert snap.messages[-1]["role"] == "assistant"  # as in a live run after `journal`
+
+
+def test_a_journaled_turn_with_nothing_started_resumes_in_decide() -> None:
+    snap = fold([meta(), turn(2, 0, use("a")), Terminal(3, "budget_exhausted", "token budget")])
+    assert snap.state == "decide"
+    assert [p["id"] for p in snap.pending] == ["a"]
+    assert snap.status == "budget_exhausted" and snap.outcome == "token budget"
+
+
+def test_a_trailing_pause_turn_is_committed() -> None:
+    paused = turn(2, 0, {"type": "text", "text": "..."}, stop="pause_turn")
+    snap = fold([meta(), paused])
+    assert snap.messages[-1] == paused.message
+    assert snap.stop_reason == "pause_turn"
+
+
+@pytest.mark.parametrize("version", [FORMAT_VERSION - 1, FORMAT_VERSION + 1])
+def test_other_format_versions_are_refused(version: int) -> None:
+    with pytest.raises(FoldError, match="version"):
+        fold([meta(version)])
+
+
+@pytest.mark.parametrize(
+    ("records", "problem"),
+    [
+        ([turn(1, 0)], "meta"),
+        ([], "meta"),
+        ([meta(), turn(2, 0, use("a")), turn(2, 1)], "seq 2 after seq 2"),
+        ([meta(), meta()], "seq 1 after seq 1"),
+        ([meta(), Meta(2, FORMAT_VERSION, "r1", "", {}, "")], "second meta"),
+        ([meta(), result(2, "a")], "before any assistant"),
+    ],
+)
+def test_malformed_journals_are_refused(records: list[Record], problem: str) -> None:
+    with pytest.raises(FoldError, match=problem):
+        fold(records)
+
+
+def test_user_records_merge_into_the_trailing_user_message_and_keep_the_iteration() -> None:
+    text = {"role": "assistant", "content": [{"type": "text", "text": "hi"}]}
+    records: list[Record] = [
+        meta(),
+        Assistant(2, 0, text, "end_turn"),
+        User(3, {"role": "user", "content": "more"}),
+        User(4, {"role": "user", "content": [{"type": "text", "text": "and more"}]}),
+    ]
+    snap = fold(records)
+    assert snap.messages[-1] == {
+        "role": "user",
+        "content": [{"type": "text", "text": "more"}, {"type": "text", "text": "and more"}],
+    }
+    assert snap.iteration == 1 and snap.stop_reason == "end_turn"
+
+
+def test_records_after_a_suspend_are_not_completed_and_the_last_terminal_wins() -> None:
+    done = turn(4, 1, {"type": "text", "text": "answer"}, stop="end_turn")
+    base: list[Record] = [meta(), turn(2, 0, use("a")), result(3, "a")]
+    suspended = fold([*base, Terminal(4, "suspended")])
+    assert not suspended.completed and suspended.state == "suspend_check"
+    after = fold([*base, Terminal(4, "suspended"), Assistant(5, 1, done.message, "end_turn")])
+    assert after.status == "suspended" and not after.completed and after.state == "decide"
+    finished = fold([*base, done, Terminal(5, "completed")])
+    assert finished.completed and finished.state == "completed"
+
+
+def test_the_snapshot_round_trips_through_json() -> None:
+    snap = fold([meta(), turn(2, 0, use("a"), use("b")), result(3, "a"), ToolStarted(4, "b", "t")])
+    assert Snapshot.from_json(snap.to_json()) == snap

@@ -1,0 +1,217 @@
+"""`fisk-sm run --checkpoint/--resume` and `fisk-sm session ...` as real subprocesses."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fisk_sm.filestore import FileStore
+from fisk_sm.fold import fold
+from fisk_sm.testing import FakeMessagesAPI, Reply
+
+CLI = [sys.executable, "-m", "fisk_sm.cli"]
+TOOLS = '''
+import time
+from pathlib import Path
+
+def mark(label: str) -> str:
+    """Append label to the side-effect file."""
+    with (Path(__file__).parent / "effects.txt").open("a") as f:
+        f.write(label + "\\n")
+    return "marked " + label
+
+def slow(label: str) -> str:
+    """Sleep, then mark."""
+    time.sleep(30)
+    return mark(label)
+'''
+
+
+@pytest.fixture
+def agent(tmp_path: Path, api: FakeMessagesAPI) -> Path:
+    (tmp_path / "effect_tools.py").write_text(TOOLS)
+    path = tmp_path / "agent.yaml"
+    path.write_text(
+        f"llm: {{model: m, base_url: '{api.base_url}'}}\n"
+        "tools: [{python: 'effect_tools:mark'}, {python: 'effect_tools:slow'}]\n"
+    )
+    return path
+
+
+def fisk(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "ANTHROPIC_API_KEY": "test"}
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, env=env, timeout=60)
+
+
+@pytest.mark.parametrize(
+    ("flags", "problem"),
+    [
+        (["--resume", "x", "a prompt"], "--resume continues a session; it takes no prompt"),
+        (["--name", "x", "hi"], "--name needs --checkpoint"),
+        (["--force", "hi"], "--force needs --resume"),
+        (["--resume", "x", "--checkpoint"], "cannot be combined"),
+    ],
+)
+def test_flag_misuse_is_an_error(agent: Path, flags: list[str], problem: str) -> None:
+    done = fisk("run", "-c", str(agent), *flags)
+    assert done.returncode == 2
+    assert problem in done.stderr and len(done.stderr.splitlines()) == 1
+
+
+def test_checkpoint_prints_the_session_and_resume_replays_the_transcript(
+    agent: Path, api: FakeMessagesAPI, tmp_path: Path
+) -> None:
+    state = tmp_path / "state"
+    api.add(Reply.tool_use("mark", {"label": "one"}), Reply.text("all done"))
+    done = fisk(
+        "run", "-c", str(agent), "--checkpoint", "--name", "c1", "--state-dir", str(state), "go"
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines()[0] == "session: c1"
+    assert done.stdout == "all done\n"
+    assert oct(state.stat().st_mode & 0o777) == "0o700"
+    assert oct((state / "c1.json").stat().st_mode & 0o777) == "0o600"
+    again = fisk("run", "-c", str(agent), "--state-dir", str(state), "--resume", "c1")
+    assert again.returncode == 2
+    assert 'session "c1" has already completed and cannot be resumed' in again.stderr
+
+
+def test_torn_last_line_is_truncated_and_the_session_resumes(
+    agent: Path, api: FakeMessagesAPI, tmp_path: Path
+) -> None:
+    state = tmp_path / "state"
+    api.add(Reply.tool_use("slow", {"label": "never"}))
+    proc = subprocess.Popen(
+        [
+            *CLI,
+            "run",
+            "-c",
+            str(agent),
+            "--checkpoint",
+            "--name",
+            "t1",
+            "--state-dir",
+            str(state),
+            "go",
+        ],
+        env={**os.environ, "ANTHROPIC_API_KEY": "test"},
+        stderr=subprocess.DEVNULL,
+    )
+    journal = state / "t1.json"
+    deadline = time.monotonic() + 30
+    while b"tool_started" not in (journal.read_bytes() if journal.exists() else b""):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    good = journal.read_bytes()
+    with journal.open("ab") as f:
+        f.write(b'{"seq":4,"tool_use_id":"tu_x","res')
+    api.add(Reply.text("recovered"))
+    # retrying the interrupted slow tool would take 30 s: answer it from the file instead
+    (agent.parent / "effect_tools.py").write_text(TOOLS.replace("time.sleep(30)", "pass"))
+    done = fisk("run", "-c", str(agent), "--state-dir", str(state), "--resume", "t1")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "recovered\n"
+    assert journal.read_bytes().startswith(good)
+    lines = journal.read_bytes().splitlines()
+    assert all(json.loads(line) for line in lines)
+    assert fold(FileStore(state).load("t1")).completed
+    assert (agent.parent / "effects.txt").read_text() == "never\n"
+
+
+def test_interior_garbage_is_one_line_exit_2_and_the_file_is_unchanged(
+    agent: Path, api: FakeMessagesAPI, tmp_path: Path
+) -> None:
+    state = tmp_path / "state"
+    api.add(Reply.tool_use("mark", {"label": "a"}), Reply.text("done"))
+    fisk("run", "-c", str(agent), "--checkpoint", "--name", "g1", "--state-dir", str(state), "x")
+    journal = state / "g1.json"
+    lines = journal.read_bytes().splitlines(keepends=True)
+    lines[2] = b"this is not json\n"
+    journal.write_bytes(b"".join(lines))
+    before = journal.read_bytes()
+    for args in (["run", "-c", str(agent), "--resume", "g1"], ["session", "show", "g1"]):
+        done = fisk(*args, "--state-dir", str(state))
+        assert done.returncode == 2
+        assert len(done.stderr.splitlines()) == 1
+        assert "g1.json: line 3" in done.stderr and "Traceback" not in done.stderr
+        assert journal.read_bytes() == before
+
+
+def test_a_second_process_cannot_resume_an_open_session(
+    agent: Path, api: FakeMessagesAPI, tmp_path: Path
+) -> None:
+    state = tmp_path / "state"
+    api.add(Reply.tool_use("slow", {"label": "busy"}))
+    env = {**os.environ, "ANTHROPIC_API_KEY": "test"}
+    owner = subprocess.Popen(
+        [
+            *CLI,
+            "run",
+            "-c",
+            str(agent),
+            "--checkpoint",
+            "--name",
+            "l1",
+            "--state-dir",
+            str(state),
+            "go",
+        ],
+        env=env,
+        stderr=subprocess.DEVNULL,
+    )
+    journal = state / "l1.json"
+    try:
+        deadline = time.monotonic() + 30
+        while b"tool_started" not in (journal.read_bytes() if journal.exists() else b""):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        before = journal.read_bytes()
+        done = fisk("run", "-c", str(agent), "--state-dir", str(state), "--resume", "l1")
+        assert done.returncode == 2
+        assert "l1" in done.stderr and "lock" in done.stderr.lower()
+        assert journal.read_bytes() == before
+        removed = fisk("session", "rm", "l1", "--state-dir", str(state))
+        assert removed.returncode == 2 and journal.exists()
+    finally:
+        owner.kill()
+        owner.wait()
+
+
+def test_session_ls_show_fork_and_rm(agent: Path, api: FakeMessagesAPI, tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    api.add(Reply.tool_use("mark", {"label": "f"}), Reply.text("first answer"))
+    fisk("run", "-c", str(agent), "--checkpoint", "--name", "f1", "--state-dir", str(state), "go")
+    listed = json.loads(fisk("session", "ls", "--json", "--state-dir", str(state)).stdout)
+    assert [(s["id"], s["status"], s["prompt"]) for s in listed] == [("f1", "completed", "go")]
+    shown = fisk("session", "show", "f1", "--transcript", "--state-dir", str(state)).stdout
+    assert "status:         completed" in shown and '-> mark {"label": "f"}' in shown
+    forked = fisk("session", "fork", "f1", "--at", "4", "--name", "f2", "--state-dir", str(state))
+    assert forked.returncode == 0, forked.stderr
+    store = FileStore(state)
+    original, copy = store.load("f1"), store.load("f2")
+    assert fold(copy) == attrs_evolve_run_id(fold(original[:4]), "f2")
+    api.add(Reply.text("second answer"))
+    resumed = fisk("run", "-c", str(agent), "--state-dir", str(state), "--resume", "f2")
+    assert resumed.returncode == 0 and resumed.stdout == "second answer\n"
+    assert (agent.parent / "effects.txt").read_text() == "f\n"
+    assert fisk("session", "rm", "f1", "--state-dir", str(state)).returncode == 0
+    assert not (state / "f1.json").exists()
+    gone = fisk("session", "show", "f1", "--state-dir", str(state))
+    assert gone.returncode == 2 and "f1" in gone.stderr
+    bad = fisk("session", "show", "../x", "--state-dir", str(state))
+    assert bad.returncode == 2 and "invalid session id" in bad.stderr
+
+
+def attrs_evolve_run_id(snapshot: object, run_id: str) -> object:
+    import attrs
+
+    return attrs.evolve(snapshot, run_id=run_id)  # type: ignore[misc]
