@@ -178,8 +178,18 @@ class Run:
 
     @classmethod
     def restore(cls, snapshot: Snapshot, harness: Harness) -> Run:
-        """A run continuing from `snapshot` on freshly built infrastructure."""
-        return cls(snapshot.data(), harness, snapshot.state, seq=snapshot.seq)
+        """A run continuing from `snapshot` on freshly built infrastructure.
+
+        The harness's journal is either the run's own journal, written up to `snapshot.seq`,
+        or an empty one, which then records the run from this point on (its meta first).
+        """
+        written = harness.journal.last_seq
+        if written not in (0, snapshot.seq):
+            raise ValueError(
+                f"cannot restore {snapshot.run_id} at seq {snapshot.seq} onto a journal"
+                f" written up to seq {written}"
+            )
+        return cls(snapshot.data(), harness, snapshot.state, seq=written)
 
     def answer(self) -> str:
         """The final answer's text (empty unless completed)."""

@@ -202,6 +202,8 @@ def test_session_ls_show_fork_and_rm(agent: Path, api: FakeMessagesAPI, tmp_path
     api.add(Reply.text("second answer"))
     resumed = fisk("run", "-c", str(agent), "--state-dir", str(state), "--resume", "f2")
     assert resumed.returncode == 0 and resumed.stdout == "second answer\n"
+    assert "resuming f2 (open) at iteration 1, in suspend_check" in resumed.stderr
+    assert '  -> mark {"label": "f"}' in resumed.stderr
     assert (agent.parent / "effects.txt").read_text() == "f\n"
     assert fisk("session", "rm", "f1", "--state-dir", str(state)).returncode == 0
     assert not (state / "f1.json").exists()
@@ -215,3 +217,65 @@ def attrs_evolve_run_id(snapshot: object, run_id: str) -> object:
     import attrs
 
     return attrs.evolve(snapshot, run_id=run_id)  # type: ignore[misc]
+
+
+def test_a_second_signal_aborts_at_once_and_the_journal_keeps_what_completed(
+    agent: Path, api: FakeMessagesAPI, tmp_path: Path
+) -> None:
+    state = tmp_path / "state"
+    api.add(Reply.tool_use("mark", {"label": "m"}), Reply.tool_use("slow", {"label": "s"}))
+    proc = subprocess.Popen(
+        [
+            *CLI,
+            "run",
+            "-c",
+            str(agent),
+            "--checkpoint",
+            "--name",
+            "a1",
+            "--state-dir",
+            str(state),
+            "go",
+        ],
+        env={**os.environ, "ANTHROPIC_API_KEY": "test"},
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    journal = state / "a1.json"
+    deadline = time.monotonic() + 30
+    while b'"name":"slow"' not in (journal.read_bytes() if journal.exists() else b""):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=20)  # the slow tool sleeps 30 s: it was not waited for
+    assert proc.returncode == 130
+    assert "suspending at the next loop boundary" in err and "aborted" in err
+    assert "--resume a1" in err
+    snap = fold(FileStore(state).load("a1"))
+    assert snap.status == "open" and len(snap.interrupted) == 1
+    assert snap.pending[0]["name"] == "slow"
+    kinds = [json.loads(line)["type"] for line in journal.read_text().splitlines()]
+    assert kinds == [
+        "meta",
+        "assistant",
+        "tool_started",
+        "tool_result",
+        "assistant",
+        "tool_started",
+    ]
+    assert (agent.parent / "effects.txt").read_text() == "m\n"
+
+
+def test_the_sessions_directory_comes_from_agent_yaml(
+    agent: Path, api: FakeMessagesAPI, tmp_path: Path
+) -> None:
+    text = agent.read_text() + "harness: {sessions: {options: {directory: my-runs}}}\n"
+    agent.write_text(text)
+    api.add(Reply.text("stored"))
+    done = fisk("run", "-c", str(agent), "--checkpoint", "--name", "d1", "hi")
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "my-runs" / "d1.json").exists()
+    listed = fisk("session", "ls", "-c", str(agent))
+    assert listed.stdout.splitlines()[1].startswith("d1 ")

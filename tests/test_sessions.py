@@ -177,3 +177,23 @@ async def test_crash_policy_fail_answers_an_interrupted_tool_without_running_it(
         "content": "outcome unknown: the run stopped while this tool was running",
         "is_error": True,
     }
+
+
+async def test_a_snapshot_taken_mid_run_restores_through_json_and_finishes(
+    api: FakeMessagesAPI,
+) -> None:
+    from fisk_sm import MemoryJournal, Run, Snapshot
+    from fisk_sm.harness import Harness
+
+    config = make_config(api)
+    api.add(Reply.tool_use("note", {"text": "one"}, id="toolu_j"), Reply.text("restored"))
+    first = Run.create(config, "go", tools=[note], run_id="json-run")
+    await first.run_until("execute")
+    text = first.snapshot().to_json()
+    snapshot = Snapshot.from_json(text)
+    assert snapshot.state == "execute" and snapshot.pending[0]["id"] == "toolu_j"
+    harness = Harness.build(config, tools=[note], journal=MemoryJournal())
+    again = Run.restore(snapshot, harness)
+    assert await again.run() == "completed"
+    assert again.answer() == "restored" and calls == ["one"]
+    assert api.requests[1]["messages"][-1]["content"][0]["tool_use_id"] == "toolu_j"
