@@ -22,7 +22,7 @@ from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 import attrs
 
-__all__ = ["Outcome", "Tool", "ToolBox", "ToolLoadError", "load_tool", "tool"]
+__all__ = ["Outcome", "Tool", "ToolBox", "ToolError", "ToolLoadError", "load_tool", "tool"]
 
 CRASH_POLICIES = ("retry", "fail", "ask")
 
@@ -31,24 +31,54 @@ class ToolLoadError(ValueError):
     """A `module:function` tool reference could not be loaded."""
 
 
+class ToolError(Exception):
+    """Raised by a tool for a failure of the harness or the invocation (not of the task).
+
+    The message becomes the content of an `is_error` result. A tool's own negative outcome (a
+    non-zero exit, a miss, a refusal) is a normal result instead, for the model to reason about.
+    """
+
+
+def _json_call(name: str, arguments: Mapping[str, Any]) -> str:
+    return f"{name} {json.dumps(dict(arguments), ensure_ascii=False, sort_keys=True)}"
+
+
 @attrs.frozen
 class Tool:
-    """A callable the model may ask for, with the definition it is offered under."""
+    """A callable the model may ask for, with the definition it is offered under.
+
+    `fn` is called with the model's arguments as keywords: a coroutine function is awaited, a
+    plain function runs in a worker thread. `kind` says what it is (python, exec, builtin,
+    memory, remote) for tracing and counting; `tags` feed selection and the confirm gate;
+    `display` renders a call as the operator sees it (a command line for exec tools).
+    """
 
     name: str
     description: str
     input_schema: dict[str, Any]
     fn: Callable[..., Any] = attrs.field(eq=False, repr=False)
     crash_policy: str = "retry"
+    tags: tuple[str, ...] = ()
+    kind: str = "python"
+    display: Callable[[str, Mapping[str, Any]], str] = attrs.field(
+        default=_json_call, eq=False, repr=False
+    )
 
     @property
     def definition(self) -> dict[str, Any]:
-        """The tool as the Messages API's `tools` list wants it."""
+        """The tool as the Messages API's `tools` list wants it; tags end the description."""
+        description = self.description
+        if self.tags:
+            description = f"{description}\n\nTags: {', '.join(self.tags)}"
         return {
             "name": self.name,
-            "description": self.description,
+            "description": description,
             "input_schema": self.input_schema,
         }
+
+    def describe(self, arguments: Mapping[str, Any]) -> str:
+        """How a call with `arguments` is shown to the operator."""
+        return self.display(self.name, arguments)
 
     @property
     def required(self) -> tuple[str, ...]:
@@ -138,6 +168,7 @@ def tool(
     description: str | None = None,
     input_schema: dict[str, Any] | None = None,
     crash_policy: str = "retry",
+    tags: Sequence[str] = (),
 ) -> Any:
     """Make a `Tool` of a function: `@tool` or `@tool(name=..., input_schema=...)`."""
     if crash_policy not in CRASH_POLICIES:
@@ -151,12 +182,15 @@ def tool(
             input_schema=input_schema or derived_schema,
             fn=f,
             crash_policy=crash_policy,
+            tags=tuple(tags),
         )
 
     return wrap(fn) if fn is not None else wrap
 
 
-def load_tool(ref: str, base_dir: Path, crash_policy: str = "retry") -> Tool:
+def load_tool(
+    ref: str, base_dir: Path, crash_policy: str = "retry", tags: Sequence[str] = ()
+) -> Tool:
     """Load `module:function`, looking on sys.path and then in `base_dir` (the config's folder)."""
     module_name, _, attr = ref.partition(":")
     try:
@@ -165,10 +199,10 @@ def load_tool(ref: str, base_dir: Path, crash_policy: str = "retry") -> Tool:
     except (ImportError, AttributeError) as exc:
         raise ToolLoadError(f"cannot load tool {ref!r}: {exc}") from None
     if isinstance(obj, Tool):
-        return attrs.evolve(obj, crash_policy=crash_policy)
+        return attrs.evolve(obj, crash_policy=crash_policy, tags=(*obj.tags, *tags))
     if not callable(obj):
         raise ToolLoadError(f"cannot load tool {ref!r}: {attr!r} is not callable")
-    made: Tool = tool(obj, crash_policy=crash_policy)
+    made: Tool = tool(obj, crash_policy=crash_policy, tags=tags)
     return made
 
 
@@ -245,6 +279,8 @@ class ToolBox:
                 value = await asyncio.to_thread(fn, **arguments)
             if inspect.isawaitable(value):
                 value = await _awaited(value)
+        except ToolError as exc:
+            return Outcome(str(exc), is_error=True)
         except Exception as exc:
             return Outcome(f"tool {name!r} failed: {type(exc).__name__}: {exc}", is_error=True)
         return Outcome(_render(value))
