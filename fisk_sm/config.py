@@ -22,14 +22,14 @@ import yaml
 from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
 from cattrs.gen import make_dict_structure_fn, override
 
+from fisk_sm.configerror import ConfigError, check, parse_duration, show
+from fisk_sm.harnessconfig import HarnessConfig
+
 __all__ = [
     "AgentConfig",
     "Budget",
     "ConfigError",
-    "HarnessConfig",
     "LLMConfig",
-    "SessionOptions",
-    "Sessions",
     "Thinking",
     "ToolSpec",
     "check_base_url",
@@ -40,42 +40,12 @@ __all__ = [
 
 _IDENTITY_RE = re.compile(r"[a-zA-Z0-9_-]+")
 _TOOL_REF_RE = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
-_DURATION_PART_RE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
-_DURATION_RE = re.compile(rf"(?:{_DURATION_PART_RE.pattern})+")
-_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0}
-_UNIT_SECONDS |= {"m": 60.0, "h": 3600.0}
 _CRASH_POLICIES = ("retry", "fail", "ask")
 _ENV_BASE_URL = "ANTHROPIC_BASE_URL"
 
 
-class ConfigError(ValueError):
-    """A configuration problem: ``str()`` is ``"{source}: {field}: {problem}"``, one line."""
-
-    def __init__(self, source: str, field: str, problem: str) -> None:
-        self.source, self.field, self.problem = map(_one_line, (source, field, problem))
-        super().__init__(f"{self.source}: {self.field}: {self.problem}")
-
-
 class _Problem(Exception):
     """Raised by structure hooks; the field path is added when translating."""
-
-
-def _one_line(text: str) -> str:
-    return " ".join(str(text).splitlines()).strip()
-
-
-def _show(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _check(test: Callable[[Any], str | None]) -> Callable[[object, Any, Any], None]:
-    def validate(_inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
-        problem = test(value)
-        if problem:
-            raise ConfigError("<config>", attribute.name, problem)
-
-    return validate
 
 
 def _default_max_tokens(value: int) -> int:
@@ -86,17 +56,17 @@ def _default_max_iterations(value: int) -> int:
     return value or 50
 
 
-_non_negative = _check(lambda v: "must not be negative" if v < 0 else None)
-_check_model = _check(lambda v: None if v.strip() else "must not be empty")
-_check_base_url_field = _check(lambda v: None if v is None else check_base_url(v))
-_check_tool_ref = _check(
-    lambda v: None if _TOOL_REF_RE.fullmatch(v) else f"expected 'module:function', got {_show(v)}"
+_non_negative = check(lambda v: "must not be negative" if v < 0 else None)
+_check_model = check(lambda v: None if v.strip() else "must not be empty")
+_check_base_url_field = check(lambda v: None if v is None else check_base_url(v))
+_check_tool_ref = check(
+    lambda v: None if _TOOL_REF_RE.fullmatch(v) else f"expected 'module:function', got {show(v)}"
 )
-_check_crash_policy = _check(
-    lambda v: None if v in _CRASH_POLICIES else f"must be one of {_CRASH_POLICIES}, got {_show(v)}"
+_check_crash_policy = check(
+    lambda v: None if v in _CRASH_POLICIES else f"must be one of {_CRASH_POLICIES}, got {show(v)}"
 )
-_check_identity = _check(
-    lambda v: None if _IDENTITY_RE.fullmatch(v) else f"must match [a-zA-Z0-9_-]+, got {_show(v)}"
+_check_identity = check(
+    lambda v: None if _IDENTITY_RE.fullmatch(v) else f"must match [a-zA-Z0-9_-]+, got {show(v)}"
 )
 
 
@@ -149,32 +119,6 @@ class ToolSpec:
     crash_policy: str = attrs.field(default="retry", validator=_check_crash_policy)
 
 
-_check_backend = _check(lambda v: None if v == "file" else f"must be 'file', got {_show(v)}")
-
-
-@attrs.frozen
-class SessionOptions:
-    """Options of the session backend."""
-
-    #: The file backend's directory; relative paths are taken from the config's folder.
-    directory: str | None = None
-
-
-@attrs.frozen
-class Sessions:
-    """Where checkpointed runs keep their journals."""
-
-    backend: str = attrs.field(default="file", validator=_check_backend)
-    options: SessionOptions = SessionOptions()
-
-
-@attrs.frozen
-class HarnessConfig:
-    """Settings of the harness around the loop."""
-
-    sessions: Sessions = Sessions()
-
-
 @attrs.frozen
 class AgentConfig:
     """The whole ``agent.yaml``; ``path`` is where it was loaded from (not a YAML key)."""
@@ -183,7 +127,7 @@ class AgentConfig:
     system_prompt: str = ""
     identity: str = attrs.field(default="fisk-sm", validator=_check_identity)
     tools: tuple[ToolSpec, ...] = ()
-    harness: HarnessConfig = HarnessConfig()
+    harness: HarnessConfig = attrs.Factory(HarnessConfig)
     path: Path | None = None
 
     @property
@@ -197,18 +141,17 @@ class AgentConfig:
         directory = self.harness.sessions.options.directory
         return None if directory is None else self.base_dir / Path(directory).expanduser()
 
+    @property
+    def memory_directory(self) -> Path | None:
+        """`harness.memory.options.directory`, resolved against the config's folder."""
+        directory = self.harness.memory.options.directory
+        return None if directory is None else self.base_dir / Path(directory).expanduser()
 
-def parse_duration(text: str) -> float:
-    """Parse a Go-style duration (``120s``, ``1m30s``, ``500ms``, ``1.5s``, ``0``) to seconds.
-
-    Raises :class:`ValueError` (``invalid duration '...'``) for anything else.
-    """
-    if text == "0":
-        return 0.0
-    if not isinstance(text, str) or not _DURATION_RE.fullmatch(text):
-        raise ValueError(f"invalid duration {_show(text)}")
-    parts = _DURATION_PART_RE.findall(text)
-    return sum(float(number) * _UNIT_SECONDS[unit] for number, unit in parts)
+    @property
+    def work_dir(self) -> Path:
+        """Where exec tools run: `harness.work_dir` (from the config's folder), else the cwd."""
+        work_dir = self.harness.work_dir
+        return Path.cwd() if work_dir is None else self.base_dir / Path(work_dir).expanduser()
 
 
 def check_base_url(url: str) -> str | None:
@@ -248,7 +191,7 @@ def _is_loopback_ip(host: str) -> bool:
 def _strict(kind: type, what: str) -> Callable[[object, object], Any]:
     def structure(value: object, _t: object) -> Any:
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise _Problem(f"expected {what}, got {_show(value)}")
+            raise _Problem(f"expected {what}, got {show(value)}")
         return value
 
     return structure
@@ -263,7 +206,7 @@ def _structure_duration(value: object, _t: object) -> float:
             return parse_duration(value)
         except ValueError as exc:
             raise _Problem(str(exc)) from None
-    raise _Problem(f"invalid duration {_show(value)}")
+    raise _Problem(f"invalid duration {show(value)}")
 
 
 def _make_converter() -> cattrs.Converter:
@@ -280,7 +223,7 @@ def _make_converter() -> cattrs.Converter:
 
         def structure(value: object, t: object) -> Any:
             if not isinstance(value, Mapping):
-                raise _Problem(f"expected a mapping, got {_show(value)}")
+                raise _Problem(f"expected a mapping, got {show(value)}")
             return inner(value, cl)
 
         return structure
@@ -290,7 +233,7 @@ def _make_converter() -> cattrs.Converter:
 
     def structure_tools(value: object, t: Any) -> Any:
         if not isinstance(value, list):
-            raise _Problem(f"expected a list, got {_show(value)}")
+            raise _Problem(f"expected a list, got {show(value)}")
         return default_tools(value, t)
 
     conv.register_structure_hook_factory(attrs.has, class_hook)
@@ -339,7 +282,7 @@ def parse_config(
     """
     data = {} if data is None else data
     if not isinstance(data, Mapping):
-        raise ConfigError(source, "(top level)", f"expected a mapping, got {_show(data)}")
+        raise ConfigError(source, "(top level)", f"expected a mapping, got {show(data)}")
     if data.get("llm") is None:
         raise ConfigError(source, "llm.model", "required")
     try:

@@ -1,0 +1,64 @@
+"""The pieces of config checking that every config module shares.
+
+`ConfigError` is the one error type for bad configuration: its `str()` is
+`"{source}: {field}: {problem}"` on a single line. `check` turns a predicate into an attrs
+validator raising it, and `parse_duration` reads Go-style durations.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+__all__ = ["ConfigError", "check", "one_line", "parse_duration", "show"]
+
+_DURATION_PART_RE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+_DURATION_RE = re.compile(rf"(?:{_DURATION_PART_RE.pattern})+")
+_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0}
+_UNIT_SECONDS |= {"m": 60.0, "h": 3600.0}
+
+
+def one_line(text: object) -> str:
+    """`text` with line breaks folded into spaces."""
+    return " ".join(str(text).splitlines()).strip()
+
+
+def show(value: object) -> str:
+    """A short repr of a bad value for an error message."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+class ConfigError(ValueError):
+    """A configuration problem: `str()` is `"{source}: {field}: {problem}"`, one line."""
+
+    def __init__(self, source: str, field: str, problem: str) -> None:
+        self.source, self.field, self.problem = map(one_line, (source, field, problem))
+        super().__init__(f"{self.source}: {self.field}: {self.problem}")
+
+
+def check(test: Callable[[Any], str | None]) -> Callable[[object, Any, Any], None]:
+    """An attrs validator that raises `ConfigError` with the problem `test` returns."""
+
+    def validate(_inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+        problem = test(value)
+        if problem:
+            raise ConfigError("<config>", attribute.name, problem)
+
+    return validate
+
+
+def parse_duration(text: str) -> float:
+    """Parse a Go-style duration (`120s`, `1m30s`, `500ms`, `1.5s`, `0`) to seconds.
+
+    Raises `ValueError` (`invalid duration '...'`) for anything else.
+    """
+    if text == "0":
+        return 0.0
+    if not isinstance(text, str) or not _DURATION_RE.fullmatch(text):
+        raise ValueError(f"invalid duration {show(text)}")
+    parts = _DURATION_PART_RE.findall(text)
+    return sum(float(number) * _UNIT_SECONDS[unit] for number, unit in parts)
