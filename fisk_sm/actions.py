@@ -7,7 +7,7 @@ the run's data; it never chooses the next state, which is the guards' job. Each 
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 from fisk_sm.events import MessageReceived, ToolCalled, ToolFinished, Warning
@@ -16,7 +16,7 @@ from fisk_sm.harness import Harness
 from fisk_sm.llm import ModelError
 from fisk_sm.records import Assistant, ToolResult, ToolStarted
 from fisk_sm.snapshot import RunData, Usage, tool_uses
-from fisk_sm.tools import Outcome
+from fisk_sm.tools import Outcome, Tool
 
 __all__ = ["ACTIONS", "INTERRUPTED", "Phase"]
 
@@ -118,7 +118,13 @@ async def execute_tool(run: Phase) -> None:
     name, use_id = call["name"], call["id"]
     arguments = call.get("input") or {}
     data.tool_calls += 1
-    outcome = _interrupted(run, name, use_id) or harness.tools.rejection(name, arguments)
+    known = harness.tools.tools.get(name)
+    kind = known.kind if known is not None else "unknown"
+    data.tool_kinds[kind] = data.tool_kinds.get(kind, 0) + 1
+    outcome = await _interrupted(run, known, use_id, arguments)
+    outcome = outcome or harness.tools.rejection(name, arguments)
+    if outcome is None and known is not None:
+        outcome = await harness.gate.check(known, arguments)
     if outcome is not None:
         if outcome.warning:
             harness.events.emit(Warning(data.run_id, outcome.warning, name, outcome.content))
@@ -136,22 +142,27 @@ async def execute_tool(run: Phase) -> None:
     }
     if outcome.is_error:
         result["is_error"] = True
-    await harness.journal.append(ToolResult(run.next_seq(), use_id, result, outcome.is_error))
+    record = ToolResult(run.next_seq(), use_id, result, outcome.is_error, kind)
+    await harness.journal.append(record)
     data.results.append(result)
     data.pending.pop(0)
 
 
-def _interrupted(run: Phase, name: str, use_id: str) -> Outcome | None:
+async def _interrupted(
+    run: Phase, tool: Tool | None, use_id: str, arguments: Mapping[str, Any]
+) -> Outcome | None:
     """A call that was running when the process died, under a crash policy other than retry.
 
-    `ask` goes to the confirm gate once there is one; until then it behaves as `fail`.
+    `fail` answers it as an error without running it; `ask` runs it again only if the
+    operator says so through the confirm gate's prompter.
     """
     interrupted = run.data.interrupted
     if use_id not in interrupted:
         return None
     interrupted.remove(use_id)
-    known = run.harness.tools.tools.get(name)
-    if known is None or known.crash_policy == "retry":
+    if tool is None or tool.crash_policy == "retry":
+        return None
+    if tool.crash_policy == "ask" and await run.harness.gate.may_rerun(tool, arguments):
         return None
     return Outcome(INTERRUPTED, is_error=True, ran=False, warning="tool_interrupted")
 

@@ -23,6 +23,7 @@ from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, Iterabl
 from cattrs.gen import make_dict_structure_fn, override
 
 from fisk_sm.configerror import ConfigError, check, parse_duration, show
+from fisk_sm.exectool import ExecToolSpec, parse_exec_tool
 from fisk_sm.harnessconfig import HarnessConfig
 
 __all__ = [
@@ -117,6 +118,7 @@ class ToolSpec:
 
     python: str = attrs.field(validator=_check_tool_ref)
     crash_policy: str = attrs.field(default="retry", validator=_check_crash_policy)
+    tags: tuple[str, ...] = ()
 
 
 @attrs.frozen
@@ -126,7 +128,7 @@ class AgentConfig:
     llm: LLMConfig
     system_prompt: str = ""
     identity: str = attrs.field(default="fisk-sm", validator=_check_identity)
-    tools: tuple[ToolSpec, ...] = ()
+    tools: tuple[ToolSpec | ExecToolSpec, ...] = ()
     harness: HarnessConfig = attrs.Factory(HarnessConfig)
     path: Path | None = None
 
@@ -228,17 +230,55 @@ def _make_converter() -> cattrs.Converter:
 
         return structure
 
-    tools_type = tuple[ToolSpec, ...]
-    default_tools = conv.get_structure_hook(tools_type)
+    tools_type = tuple[ToolSpec | ExecToolSpec, ...]
 
     def structure_tools(value: object, t: Any) -> Any:
         if not isinstance(value, list):
             raise _Problem(f"expected a list, got {show(value)}")
-        return default_tools(value, t)
+        return tuple(_structure_tool(conv, index, item) for index, item in enumerate(value))
 
     conv.register_structure_hook_factory(attrs.has, class_hook)
     conv.register_structure_hook_func(lambda t: t == tools_type, structure_tools)
     return conv
+
+
+def _structure_tool(conv: cattrs.Converter, index: int, item: object) -> ToolSpec | ExecToolSpec:
+    """A `python:` entry is a ToolSpec; a `command:` entry an exec tool (checked by exectool)."""
+    where = f"tools[{index}]"
+    if not isinstance(item, Mapping):
+        raise _Located(ConfigError("", where, f"expected a mapping, got {show(item)}"))
+    if "python" in item:
+        try:
+            spec: ToolSpec = conv.structure(item, ToolSpec)
+        except Exception as exc:
+            raise _Located(_translate(exc, where, "")) from None
+        return spec
+    if "command" in item or "name" in item:
+        try:
+            return parse_exec_tool(item, index=index, source="")
+        except ConfigError as exc:
+            raise _Located(exc) from None
+    problem = "a tool needs `python: module:function` or `name:` and `command: [...]`"
+    raise _Located(ConfigError("", where, problem))
+
+
+class _Located(Exception):
+    """A ConfigError whose field is already the full path from the top of the file."""
+
+    def __init__(self, error: ConfigError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _duplicate_tool(tools: tuple[ToolSpec | ExecToolSpec, ...], source: str) -> None:
+    seen: dict[str, int] = {}
+    for index, spec in enumerate(tools):
+        if isinstance(spec, ExecToolSpec):
+            if spec.name in seen:
+                field = f"tools[{index}] ({spec.name}).name"
+                problem = f"duplicate tool name {spec.name!r} (also tools[{seen[spec.name]}])"
+                raise ConfigError(source, field, problem)
+            seen[spec.name] = index
 
 
 _CONVERTER = _make_converter()
@@ -252,6 +292,8 @@ def _join(prefix: str, name: str) -> str:
 
 def _translate(exc: BaseException, path: str, source: str) -> ConfigError:
     """Turn the first problem in a (nested) cattrs exception into a ConfigError."""
+    if isinstance(exc, _Located):
+        return ConfigError(source, exc.error.field, exc.error.problem)
     if isinstance(exc, ConfigError):
         return ConfigError(source, _join(path, exc.field), exc.problem)
     if isinstance(exc, _Problem):
@@ -289,6 +331,7 @@ def parse_config(
         config = _CONVERTER.structure(data, AgentConfig)
     except Exception as exc:
         raise _translate(exc, "", source) from exc
+    _duplicate_tool(config.tools, source)
     env_url = (os.environ if env is None else env).get(_ENV_BASE_URL)
     if config.llm.base_url is None and env_url:
         problem = check_base_url(env_url)

@@ -131,6 +131,7 @@ class RunEnded(Event):
     cache_read_tokens: int
     cache_create_tokens: int
     seconds: float
+    tool_kinds: tuple[tuple[str, int], ...] = ()
 
 
 class Events(Protocol):

@@ -103,6 +103,7 @@ def fold(records: Sequence[Record]) -> Snapshot:
             else:
                 data.results.append(record.result)
                 data.tool_calls += 1
+                data.tool_kinds[record.kind] = data.tool_kinds.get(record.kind, 0) + 1
         elif isinstance(record, User):
             commit()
             turn = None

@@ -1,8 +1,13 @@
 """The infrastructure of a run: everything rebuilt from config on every start or resume.
 
 A `Harness` holds what a run uses but does not own as data: the model client, the tool box, the
-journal, the event sink and the system blocks. Keeping it apart from `RunData` is what makes a
-run resumable: the data is persisted, the harness is rebuilt.
+confirm gate, the journal, the event sink and the system blocks. Keeping it apart from `RunData`
+is what makes a run resumable: the data is persisted, the harness is rebuilt.
+
+Tools come from agent.yaml (Python functions and exec commands), from code, and from the
+built-ins that the harness block enables (the ask_human_* and memory_* tools); then the tool
+selection keeps those offered to the model. `system` is fingerprinted; `context` (the memory
+index, the resume reminder) is sent after it but may change between a run and its resume.
 """
 
 from __future__ import annotations
@@ -12,17 +17,49 @@ from typing import Any
 
 import attrs
 
-from fisk_sm.config import AgentConfig
+from fisk_sm.config import AgentConfig, ToolSpec
 from fisk_sm.events import Events, Recorder
+from fisk_sm.exectool import exec_tool
+from fisk_sm.gate import Gate
+from fisk_sm.hitl import HITL_NOTE, hitl_tools
 from fisk_sm.journal import Journal, MemoryJournal
 from fisk_sm.llm import AnthropicModel, ModelClient, ModelRequest, build_request
+from fisk_sm.memory import (
+    MEMORY_NOTE,
+    MemoryStore,
+    default_memory_directory,
+    memory_index,
+    memory_tools,
+)
+from fisk_sm.prompter import NoOperator, Prompter
 from fisk_sm.tools import Tool, ToolBox, load_tool
 
-__all__ = ["Harness"]
+__all__ = ["Harness", "configured_tools"]
 
 
 def _never() -> bool:
     return False
+
+
+def _text(text: str) -> dict[str, Any]:
+    return {"type": "text", "text": text}
+
+
+def configured_tools(config: AgentConfig) -> list[Tool]:
+    """The tools agent.yaml declares, in order: Python functions and exec commands."""
+    tools = []
+    for spec in config.tools:
+        if isinstance(spec, ToolSpec):
+            tools.append(load_tool(spec.python, config.base_dir, spec.crash_policy, spec.tags))
+        else:
+            tools.append(exec_tool(spec, work_dir=config.work_dir))
+    return tools
+
+
+def memory_store(config: AgentConfig) -> MemoryStore:
+    """The memory store of `config`'s identity."""
+    directory = config.memory_directory or default_memory_directory(config.identity)
+    return MemoryStore(directory)
 
 
 @attrs.define
@@ -34,9 +71,12 @@ class Harness:
     tools: ToolBox
     journal: Journal
     events: Events
+    gate: Gate = attrs.field(factory=lambda: Gate(NoOperator()))
     should_suspend: Callable[[], bool] = _never
     system: tuple[dict[str, Any], ...] = ()
+    context: tuple[dict[str, Any], ...] = ()
     tool_definitions: tuple[dict[str, Any], ...] = ()
+    warnings: tuple[tuple[str, str, str], ...] = ()
 
     @classmethod
     def build(
@@ -48,22 +88,51 @@ class Harness:
         journal: Journal | None = None,
         events: Events | None = None,
         should_suspend: Callable[[], bool] = _never,
+        prompter: Prompter | None = None,
     ) -> Harness:
-        """Build from config: tools named in agent.yaml first, then `tools` given in code."""
-        loaded = [load_tool(t.python, config.base_dir, t.crash_policy) for t in config.tools]
-        box = ToolBox.of([*loaded, *tools])
-        system = ({"type": "text", "text": config.system_prompt},) if config.system_prompt else ()
+        """Build from config: agent.yaml's tools, then `tools` given in code, then built-ins."""
+        prompter = prompter or NoOperator()
+        harness = config.harness
+        candidates = [*configured_tools(config), *tools]
+        system = [_text(config.system_prompt)] if config.system_prompt else []
+        context = []
+        warnings: list[tuple[str, str, str]] = []
+        if harness.human_in_the_loop.enabled:
+            candidates += hitl_tools(prompter)
+            system.append(_text(HITL_NOTE))
+            if not prompter.available:
+                warnings.append(("hitl_no_terminal", "", "nobody can answer ask_human_* tools"))
+        if harness.memory.enabled:
+            store = memory_store(config)
+            candidates += memory_tools(store)
+            system.append(_text(MEMORY_NOTE))
+            if not harness.memory.no_index:
+                try:
+                    context.append(_text(memory_index(store)))
+                except OSError as exc:
+                    warnings.append(("memory_index", "", str(exc)))
+        offered = [t for t in candidates if harness.tools.offers(t.name, t.tags)]
+        box = ToolBox.of(offered)
+        gate = Gate(prompter, harness.confirm_tags)
+        gated = gate.gated_tools(offered)
+        if gated and not prompter.available:
+            warnings.append(("confirm_no_terminal", ", ".join(gated), f"{len(gated)} gated"))
+        warnings += [("confirm_tag_unmatched", tag, "") for tag in gate.unmatched_tags(offered)]
         return cls(
             config=config,
             model=model or AnthropicModel(config.llm),
             tools=box,
             journal=journal if journal is not None else MemoryJournal(),
             events=events if events is not None else Recorder(),
+            gate=gate,
             should_suspend=should_suspend,
-            system=system,
+            system=tuple(system),
+            context=tuple(context),
             tool_definitions=tuple(box.definitions),
+            warnings=tuple(warnings),
         )
 
     def request(self, messages: list[dict[str, Any]]) -> ModelRequest:
         """The next model request over `messages`."""
-        return build_request(self.config.llm, self.system, self.tool_definitions, messages)
+        system = self.system + self.context if self.context else self.system
+        return build_request(self.config.llm, system, self.tool_definitions, messages)

@@ -33,6 +33,7 @@ def run_ended(run: Any) -> None:
             u.cache_read_tokens,
             u.cache_create_tokens,
             run.elapsed(),
+            tuple(sorted(data.tool_kinds.items())),
         )
     )
 

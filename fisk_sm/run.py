@@ -18,7 +18,7 @@ from typing import Any
 
 from fisk_sm.actions import ACTIONS
 from fisk_sm.config import AgentConfig, Budget
-from fisk_sm.events import Events, RunStarted
+from fisk_sm.events import Events, RunStarted, Warning
 from fisk_sm.fingerprint import fingerprint
 from fisk_sm.guards import GUARDS, terminal_message
 from fisk_sm.harness import Harness
@@ -26,6 +26,7 @@ from fisk_sm.hooks import HOOKS
 from fisk_sm.journal import Journal
 from fisk_sm.llm import ModelClient
 from fisk_sm.machine import LoopMachine, Step, build_machine
+from fisk_sm.prompter import Prompter
 from fisk_sm.records import FORMAT_VERSION, Meta, Terminal
 from fisk_sm.snapshot import RunData, Snapshot
 from fisk_sm.table import load_table
@@ -76,8 +77,13 @@ class Run:
         events: Events | None = None,
         run_id: str | None = None,
         should_suspend: Callable[[], bool] | None = None,
+        prompter: Prompter | None = None,
     ) -> Run:
-        """A new run of `config` on `prompt`; infrastructure not given is built from config."""
+        """A new run of `config` on `prompt`; infrastructure not given is built from config.
+
+        `prompter` answers the confirm gate and the ask_human_* tools (default: nobody, so
+        gated tools are denied).
+        """
         harness = Harness.build(
             config,
             model=model,
@@ -85,6 +91,7 @@ class Run:
             journal=journal,
             events=events,
             should_suspend=should_suspend or (lambda: False),
+            prompter=prompter,
         )
         return cls(RunData.begin(run_id or new_run_id(), prompt), harness)
 
@@ -133,6 +140,8 @@ class Run:
                 self.resumed,
             )
         )
+        for kind, name, detail in harness.warnings:
+            harness.events.emit(Warning(self.data.run_id, kind, name, detail))
         HOOKS["state_entered"](self)
 
     async def step(self) -> Step:

@@ -20,6 +20,7 @@ from fisk_sm.fingerprint import check_resume, fingerprint
 from fisk_sm.fold import fold
 from fisk_sm.harness import Harness
 from fisk_sm.llm import ModelClient
+from fisk_sm.prompter import Prompter
 from fisk_sm.records import FORMAT_VERSION, Meta
 from fisk_sm.run import Run, new_run_id
 from fisk_sm.snapshot import RunData
@@ -43,9 +44,15 @@ def _harness(
     tools: Iterable[Tool],
     events: Events | None,
     should_suspend: Callable[[], bool] | None,
+    prompter: Prompter | None,
 ) -> Harness:
     return Harness.build(
-        config, model=model, tools=tools, events=events, should_suspend=should_suspend or _never
+        config,
+        model=model,
+        tools=tools,
+        events=events,
+        should_suspend=should_suspend or _never,
+        prompter=prompter,
     )
 
 
@@ -59,9 +66,10 @@ def start_session(
     tools: Iterable[Tool] = (),
     events: Events | None = None,
     should_suspend: Callable[[], bool] | None = None,
+    prompter: Prompter | None = None,
 ) -> Run:
     """Create a session in `store` (its meta record is durable on return) and its run."""
-    harness = _harness(config, model, tools, events, should_suspend)
+    harness = _harness(config, model, tools, events, should_suspend, prompter)
     run_id = run_id or new_run_id()
     created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     meta = Meta(1, FORMAT_VERSION, run_id, created, fingerprint(harness), prompt)
@@ -79,10 +87,11 @@ def resume_session(
     tools: Iterable[Tool] = (),
     events: Events | None = None,
     should_suspend: Callable[[], bool] | None = None,
+    prompter: Prompter | None = None,
 ) -> Run:
     """Resume session `run_id`; raises `ResumeRefused` or a journal error if it cannot."""
     saved = fold(store.load(run_id))
-    harness = _harness(config, model, tools, events, should_suspend)
+    harness = _harness(config, model, tools, events, should_suspend, prompter)
     check_resume(
         run_id, saved.fingerprint, fingerprint(harness), completed=saved.completed, force=force
     )
@@ -93,7 +102,7 @@ def resume_session(
         journal.close_sync()
         raise
     harness.journal = journal
-    harness.system = (*harness.system, {"type": "text", "text": RESUME_REMINDER})
+    harness.context = (*harness.context, {"type": "text", "text": RESUME_REMINDER})
     run = Run.restore(snapshot, harness)
     run.resumed = True
     harness.events.emit(

@@ -83,6 +83,7 @@ class RunData:
     results: list[Message] = attrs.Factory(list)
     error: str | None = None
     interrupted: list[str] = attrs.Factory(list)
+    tool_kinds: dict[str, int] = attrs.Factory(dict)
 
     @classmethod
     def begin(cls, run_id: str, prompt: str) -> RunData:
@@ -120,6 +121,7 @@ class Snapshot:
     seq: int = 0
     created: str = ""
     fingerprint: dict[str, Any] = attrs.Factory(dict)
+    tool_kinds: dict[str, int] = attrs.Factory(dict)
 
     @property
     def completed(self) -> bool:
@@ -148,6 +150,7 @@ class Snapshot:
             results=list(self.results),
             error=self.error,
             interrupted=list(self.interrupted),
+            tool_kinds=dict(self.tool_kinds),
         )
 
     def to_json(self) -> str:
@@ -179,6 +182,7 @@ class Snapshot:
             results=tuple(data.results),
             error=data.error,
             interrupted=tuple(data.interrupted),
+            tool_kinds=dict(data.tool_kinds),
             **extra,
         )
 

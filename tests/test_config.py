@@ -141,7 +141,7 @@ def test_zero_means_default(tmp_path: Path) -> None:
         ("llm: {model: m}\nidentity: 'has space'\n", "identity", "must match [a-zA-Z0-9_-]+"),
         ("llm: {model: m}\ntools: {python: 'a:b'}\n", "tools", "expected a list"),
         ("llm: {model: m}\ntools: ['a:b']\n", "tools[0]", "expected a mapping"),
-        ("llm: {model: m}\ntools: [{crash_policy: fail}]\n", "tools[0].python", "required"),
+        ("llm: {model: m}\ntools: [{crash_policy: fail}]\n", "tools[0]", "a tool needs"),
         (
             "llm: {model: m}\ntools: [{python: 'a:b'}, {python: nocolon}]\n",
             "tools[1].python",

@@ -1,0 +1,392 @@
+"""Durable journal cost: fisk-sm on its file journal vs hand-written fsync loops.
+
+1. time per iteration at N=50/200 (fsync per append) vs a hand loop fsyncing the same records;
+2. journal bytes vs content bytes at N=200, ~2.2 KB of content per iteration;
+3. resume of a suspended 1,000-iteration session to its next model request vs json.loads.
+See bench/README.md for the definitions.
+
+    .venv/bin/python bench/journal.py [--quick] [--repeats R]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import gc
+import io
+import itertools
+import json
+import os
+import pstats
+import random
+import statistics
+import sys
+import sysconfig
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Awaitable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # loop_overhead
+
+from loop_overhead import PROMPT, NullEvents, ScriptedModel, bench_config, echo
+
+from fisk_sm import sessions
+from fisk_sm.filestore import FileStore
+from fisk_sm.journal import MemoryJournal
+from fisk_sm.records import encode
+from fisk_sm.run import Run, loop_machine
+from fisk_sm.sessions import resume_session, start_session
+
+RATIO_TARGET, FLAT_BAND, BYTES_TARGET, RESUME_TARGET = 1.2, (0.9, 1.1), 1.5, 0.100
+TEXT_CHARS, INPUT_CHARS = 720, 640  # assistant text + echo input + echo output ≈ 2.2 KB of JSON
+USAGE = {"input_tokens": 1000, "output_tokens": 300}
+_SOURCE = (
+    "the journal keeps every turn durable before any tool runs so a crash loses nothing and "
+    "resume picks up at the loop boundary — “fold” rebuilds the conversation from records "
+    "that are deltas, never copies; naïve checkpoints grow with the square"
+)
+WORDS = _SOURCE.split()
+Row = tuple[str, str, str, bool]
+
+
+def prose(rng: random.Random, size: int) -> str:
+    words = [rng.choice(WORDS) for _ in range(size // 4)]
+    return " ".join(words)[:size]
+
+
+def script(iterations: int, seed: int = 7) -> list[dict[str, Any]]:
+    """N replies of text + one echo tool_use with ~2.2 KB of content, then a final answer."""
+    rng, replies = random.Random(seed), []
+    for i in range(iterations):
+        text = {"type": "text", "text": prose(rng, TEXT_CHARS)}
+        arguments = {"text": prose(rng, INPUT_CHARS)}
+        use = {"type": "tool_use", "id": f"toolu_{i:06d}", "name": "echo", "input": arguments}
+        replies.append({"content": [text, use], "stop_reason": "tool_use", "usage": dict(USAGE)})
+    final = [{"type": "text", "text": "done"}]
+    return [*replies, {"content": final, "stop_reason": "end_turn", "usage": dict(USAGE)}]
+
+
+def size(value: Any) -> int:
+    """UTF-8 bytes of `value` as compact JSON, non-ASCII unescaped."""
+    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+@contextmanager
+def timing(target: Any, name: str, into: Counter[str], label: str) -> Iterator[None]:
+    """Patch `target.name` to add its time to `into[label]` and its calls to `label calls`."""
+    original = getattr(target, name)
+
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            into[label] += time.perf_counter() - start
+            into[label + " calls"] += 1
+
+    setattr(target, name, timed)
+    try:
+        yield
+    finally:
+        setattr(target, name, original)
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1e3:8.3f}"
+
+
+# --- 1. durable loop: fisk-sm vs hand -----------------------------------------------------------
+
+
+async def run_fisk(store: FileStore, run_id: str, n: int, model: ScriptedModel) -> Run:
+    run = start_session(
+        bench_config(n), PROMPT, store, run_id=run_id, model=model, tools=[echo],
+        events=NullEvents(),
+    )  # fmt: skip
+    state = await run.run()
+    await run.harness.journal.close()
+    if state != "completed" or run.data.tool_calls != n:
+        raise RuntimeError(f"fisk-sm ended in {state!r} after {run.data.tool_calls} tools")
+    return run
+
+
+async def run_hand(path: Path, model: ScriptedModel) -> None:
+    """Model call, tool call and one fsynced JSON line per record, records shaped like fisk's."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
+    seq = 0
+
+    def put(record: dict[str, Any]) -> None:
+        nonlocal seq
+        seq += 1
+        line = json.dumps({"seq": seq, **record}, separators=(",", ":")) + "\n"
+        view = memoryview(line.encode())
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+
+    put({"type": "meta", "version": 1, "run_id": path.stem, "prompt": PROMPT})
+    directory = os.open(path.parent, os.O_RDONLY)
+    os.fsync(directory)
+    os.close(directory)
+    messages: list[dict[str, Any]] = [{"role": "user", "content": PROMPT}]
+    for iteration in itertools.count():
+        reply = await model.create(None)  # type: ignore[arg-type]
+        turn = {"role": "assistant", "content": reply["content"]}
+        messages.append(turn)
+        put({"type": "assistant", "iteration": iteration, "message": turn, **reply["usage"]})
+        results = []
+        for block in (b for b in turn["content"] if b["type"] == "tool_use"):
+            put({"type": "tool_started", "tool_use_id": block["id"], "name": block["name"]})
+            content = await echo.fn(**block["input"])
+            result = {"type": "tool_result", "tool_use_id": block["id"], "content": content}
+            put({"type": "tool_result", "tool_use_id": block["id"], "result": result})
+            results.append(result)
+        if not results:
+            break
+        messages.append({"role": "user", "content": results})
+    put({"type": "terminal", "reason": "completed", "message": None})
+    os.close(fd)
+
+
+async def durable(root: Path, sizes: tuple[int, int], repeats: int, rows: list[Row]) -> Run:
+    """Figure 1; returns the last fisk-sm run at the larger N (for figure 2)."""
+    store, hand_dir = FileStore(root / "fisk"), root / "hand"
+    hand_dir.mkdir()
+    samples: dict[tuple[str, str, int], list[float]] = {}
+    for rep in range(repeats + 1):  # round 0 is the warm-up
+        for n in sizes:
+            for who in ("hand", "fisk"):
+                model, fsync = ScriptedModel(script(n)), Counter[str]()
+                gc.collect()
+                with timing(os, "fsync", fsync, "fsync"):
+                    start = time.perf_counter()
+                    if who == "fisk":
+                        run = await run_fisk(store, f"fisk{rep}-{n}", n, model)
+                    else:
+                        await run_hand(hand_dir / f"hand{rep}-{n}.json", model)
+                    wall = time.perf_counter() - start
+                per_fsync = fsync["fsync"] / fsync["fsync calls"]
+                for what, value in (("wall", wall), ("fsync", fsync["fsync"]), ("each", per_fsync)):
+                    per = value if what == "each" else value / (n + 1)
+                    samples.setdefault((what, who, n), []).extend([per] if rep else [])
+    med = {key: statistics.median(s) for key, s in samples.items()}
+    print("\n1. durable time per iteration, ms (median; N tool iterations + 1 final reply)")
+    print("   other = wall − time inside os.fsync; 'equalized': fisk-sm given hand's fsync time")
+    print(f"   {'N':>5} {'':>5}{'wall':>9} {'fsync':>8} {'other':>8} {'µs/fsync':>9}")
+    for n in sizes:
+        for who in ("hand", "fisk"):
+            wall, fsync_time = med["wall", who, n], med["fsync", who, n]
+            print(f"   {n:>5} {who:>5}{ms(wall)} {ms(fsync_time)} {ms(wall - fsync_time)}", end="")
+            print(f" {med['each', who, n] * 1e6:9.0f}")
+    other = {
+        key[1:]: wall - med["fsync", *key[1:]] for key, wall in med.items() if key[0] == "wall"
+    }
+    target = f"≤ {RATIO_TARGET}×"
+    for n in sizes:
+        hand = med["wall", "hand", n]
+        ratio, extra = med["wall", "fisk", n] / hand, other["fisk", n] - other["hand", n]
+        equal = (hand + extra) / hand
+        print(f"   N={n}: fisk/hand {ratio:.2f}×, fsync-equalized {equal:.2f}×", end="")
+        print(f" (fisk − hand outside fsync: {extra * 1e6:.0f} µs/iteration)")
+        rows.append((f"fisk/hand at N={n}", f"{ratio:.2f}×", target, ratio <= RATIO_TARGET))
+        rows.append(("  fsync-equalized", f"{equal:.2f}×", target, equal <= RATIO_TARGET))
+    small, big = sizes
+    flat = med["wall", "fisk", big] / med["wall", "fisk", small]
+    other_flat = other["fisk", big] / other["fisk", small]
+    hand_flat = med["wall", "hand", big] / med["wall", "hand", small]
+    print(f"   N={big}/N={small} per iteration: fisk-sm {flat:.2f}", end="")
+    print(f" (other {other_flat:.2f}), hand {hand_flat:.2f}")
+    for name, value in ((f"fisk N={big}/N={small}", flat), ("  other (wall − fsync)", other_flat)):
+        rows.append((name, f"{value:.2f}", "0.9–1.1", FLAT_BAND[0] <= value <= FLAT_BAND[1]))
+    return run
+
+
+# --- 2. journal bytes vs content bytes ---------------------------------------------------------
+
+
+def content_bytes(messages: list[dict[str, Any]]) -> tuple[int, int]:
+    """(JSON-encoded content blocks, raw texts/inputs/outputs) in UTF-8 bytes."""
+    as_json = raw = 0
+    for message in messages:
+        content = message["content"]
+        for block in [{"type": "text", "text": content}] if isinstance(content, str) else content:
+            as_json += size(block)
+            kind = block["type"]
+            value = (
+                block["input"] if kind == "tool_use" else block.get("text", block.get("content"))
+            )
+            raw += size(value) if kind == "tool_use" else len(str(value).encode())
+    return as_json, raw
+
+
+def overhead_by_field(path: Path) -> Counter[str]:
+    """Journal bytes not accounted for by content, by `record type.field` (+ escaping, newlines)."""
+    parts: Counter[str] = Counter()
+    for line in path.read_bytes().splitlines():
+        record = json.loads(line)
+        parts["(\\u escapes of non-ASCII, ensure_ascii=True)"] += len(line) - size(record)
+        parts["(newline, braces)"] += 3
+        kind = record["type"]
+        for key, value in record.items():
+            field = size({key: value}) - 1  # "key":value plus its comma
+            if (kind, key) == ("assistant", "message"):
+                field -= sum(size(b) for b in value["content"])
+            elif (kind, key) == ("tool_result", "result"):
+                field -= size(value)
+            elif (kind, key) == ("meta", "prompt"):
+                field -= size({"type": "text", "text": value})
+            parts[f"{kind}.{key}"] += field
+    return parts
+
+
+def journal_bytes(run: Run, n: int, rows: list[Row]) -> None:
+    path = run.harness.journal.path  # type: ignore[attr-defined]
+    journal, (content, raw) = path.stat().st_size, content_bytes(run.data.messages)
+    ratio = journal / content
+    print(f"\n2. journal bytes vs content bytes, N={n} ({len(run.data.messages)} messages)")
+    print("   content = UTF-8 bytes of every content block of the conversation (prompt, text,")
+    print("   tool_use with its input, tool_result with its output) as compact JSON")
+    print(f"   content      {content:>9} B  ({content / (n + 1):7.0f} B/iteration)")
+    print(f"   (raw text)   {raw:>9} B  (texts, tool input JSON and tool outputs alone)")
+    print(f"   journal      {journal:>9} B  ({journal / (n + 1):7.0f} B/iteration)")
+    print(f"   ratio        {ratio:9.2f}×  (vs raw text {journal / raw:.2f}×)")
+    print("   overhead by field (bytes, share of content):")
+    for field, count in overhead_by_field(path).most_common(10):
+        print(f"     {field:<48} {count:>8}  {count / content:6.1%}")
+    rows.append((f"journal/content N={n}", f"{ratio:.2f}×", "≤ 1.5×", ratio <= BYTES_TARGET))
+
+
+# --- 3. resume ------------------------------------------------------------------------------------
+
+PARTS = ("FileStore.load (read+decode)", "FileStore.open (lock+read+decode)", "fold")
+
+
+async def build_session(store: FileStore, run_id: str, iterations: int) -> Path:
+    """The records the real loop writes, suspended after `iterations` tool iterations."""
+    model = ScriptedModel(script(iterations + 1))
+    journal = MemoryJournal()
+    run = Run.create(
+        bench_config(iterations), PROMPT, model=model, tools=[echo], journal=journal,
+        events=NullEvents(), run_id=run_id, should_suspend=lambda: model.calls >= iterations,
+    )  # fmt: skip
+    if await run.run() != "suspended":
+        raise RuntimeError(f"the session did not suspend: {run.state}")
+    meta, *rest = journal.records
+    store.create(meta).close_sync()  # meta, lock file and directory as FileStore makes them
+    with store.path(run_id).open("ab") as f:
+        f.write("".join(encode(r) + "\n" for r in rest).encode())
+        os.fsync(f.fileno())
+    return store.path(run_id)
+
+
+async def resume_once(
+    store: FileStore, iterations: int, parts: Counter[str]
+) -> tuple[float, float]:
+    """Wall and CPU (process_time) seconds of one resume up to its next model request."""
+    config = bench_config(iterations)
+    with (
+        timing(FileStore, "load", parts, PARTS[0]),
+        timing(FileStore, "open", parts, PARTS[1]),
+        timing(sessions, "fold", parts, PARTS[2]),
+        timing(Path, "read_bytes", parts, "  of which Path.read_bytes"),
+    ):
+        start, cpu = time.perf_counter(), time.process_time()
+        run = resume_session(
+            config, "resume", store, model=ScriptedModel([]), tools=[echo], events=NullEvents()
+        )
+        state = await run.run_until("call")
+        elapsed = time.perf_counter() - start, time.process_time() - cpu
+    await run.harness.journal.close()
+    if state != "call" or run.data.iteration != iterations:
+        raise RuntimeError(f"resume reached {state!r} at iteration {run.data.iteration}")
+    return elapsed
+
+
+def parse_baseline(path: Path) -> tuple[float, float]:
+    start, cpu = time.perf_counter(), time.process_time()
+    [json.loads(line) for line in path.read_bytes().splitlines()]
+    return time.perf_counter() - start, time.process_time() - cpu
+
+
+async def resume(root: Path, iterations: int, repeats: int, rows: list[Row]) -> None:
+    store = FileStore(root / "resume")
+    session = await build_session(store, "resume", iterations)
+    print(f"\n3. resume of a {iterations}-iteration session to its next model request", end="")
+    print(f" ({session.stat().st_size / 1e6:.2f} MB, warm page cache), ms")
+    parts: Counter[str] = Counter()
+    gc.collect()
+    first, _ = await resume_once(store, iterations, parts)
+    parts.clear()
+    times, bases, rounds = [], [], max(5, repeats)
+    for _ in range(rounds):
+        gc.collect()
+        bases.append(parse_baseline(session))
+        gc.collect()
+        times.append(await resume_once(store, iterations, parts))
+    (median, cpu), (base, base_cpu) = (
+        [statistics.median(column) for column in zip(*samples, strict=True)]
+        for samples in (times, bases)
+    )
+    print("   cpu = process_time: leaves out the waits for a shared CPU that inflate wall")
+    print(f"   {'':<38}{'wall':>8} {'cpu':>8}")
+    print(f"   read + json.loads per line (baseline) {ms(base)} {ms(base_cpu)}")
+    print(f"   resume_session + run_until('call')    {ms(median)} {ms(cpu)}", end="")
+    print(f"  ({median / base:.1f}× / {cpu / base_cpu:.1f}× the baseline)")
+    print(f"   first resume in this process          {ms(first)}")
+    rest = statistics.mean(wall for wall, _ in times)
+    print(f"   breakdown of the mean resume, {ms(rest)}:")
+    for label in (*PARTS[:2], "  of which Path.read_bytes", PARTS[2]):
+        mean, calls = parts[label] / rounds, parts[label + " calls"] // rounds
+        rest -= mean if label in PARTS else 0
+        print(f"     {label:<35} {ms(mean)}  ({calls} call{'s' * (calls != 1)})")
+    print(f"     {'the rest (harness, gate, run_until)':<35} {ms(rest)}")
+    ok = median <= RESUME_TARGET
+    rows.append(("resume to next request", f"{median * 1e3:.1f} ms", "≤ 100 ms", ok))
+    rows.append(("  CPU time", f"{cpu * 1e3:.1f} ms", "≤ 100 ms", cpu <= RESUME_TARGET))
+    if not ok or cpu > RESUME_TARGET:
+        await profile(resume_once(store, iterations, Counter()), f"one resume of {iterations}")
+
+
+async def profile(work: Awaitable[Any], title: str) -> None:
+    profiler = cProfile.Profile()
+    profiler.enable()
+    await work
+    profiler.disable()
+    paths = sysconfig.get_paths()
+    for order in ("tottime", "cumulative"):
+        out = io.StringIO()
+        pstats.Stats(profiler, stream=out).sort_stats(order).print_stats(12)
+        text = out.getvalue().split("\n\n", 1)[-1].rstrip()
+        for prefix in (paths["purelib"], paths["stdlib"], str(Path(__file__).parent.parent)):
+            text = text.replace(prefix + "/", "")
+        print(f"\n--- cProfile, {title}, by {order} ---\n{text}")
+
+
+async def main(quick: bool, repeats: int) -> None:
+    sizes, iterations = ((10, 40), 100) if quick else ((50, 200), 1000)
+    loop_machine()
+    rows: list[Row] = []
+    with tempfile.TemporaryDirectory(prefix="fisk-bench-") as tmp:
+        print(f"Python {sys.version.split()[0]}, temp dir {tmp}, {repeats} interleaved repeats")
+        run = await durable(Path(tmp), sizes, repeats, rows)
+        journal_bytes(run, sizes[1], rows)
+        await resume(Path(tmp), iterations, repeats, rows)
+    print(f"\n{'summary':<28} {'figure':>10} {'target':>10}  verdict")
+    for name, shown, target, ok in rows:
+        print(f"{name:<28} {shown:>10} {target:>10}  {'ok' if ok else 'MISSED'}")
+    if quick:
+        print("(--quick: smaller N and session, so the figures are not the targets' own)")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--quick", action="store_true", help="a fast smoke run (N=10/40, 100)")
+    parser.add_argument("--repeats", type=int, default=0, help="timed runs each (default 7)")
+    args = parser.parse_args()
+    asyncio.run(main(args.quick, args.repeats or (1 if args.quick else 7)))

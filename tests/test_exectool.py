@@ -1,0 +1,408 @@
+"""Exec tools: declarations, argv building (never a shell), and real subprocesses."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fisk_sm import ToolBox
+from fisk_sm.config import ConfigError
+from fisk_sm.exectool import (
+    Argument,
+    ExecToolSpec,
+    build_argv,
+    exec_tool,
+    input_schema,
+    parse_exec_tool,
+    placeholders,
+    run_command,
+)
+from fisk_sm.tools import ToolError
+
+PY = sys.executable
+PRINT_ARGV = [PY, "-c", "import sys, json; print(json.dumps(sys.argv[1:]))"]
+MARKER = "\n...[output truncated]...\n"
+
+
+def spec_of(**raw: Any) -> ExecToolSpec:
+    return parse_exec_tool(raw, index=2, source="agent.yaml")
+
+
+def alive(pid: int) -> bool:
+    """Whether pid is a live process (a zombie counts as dead)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state not in ("Z", "X")
+
+
+def wait_dead(*pids: int, within: float = 5.0) -> list[int]:
+    """The pids still alive after waiting up to `within` seconds."""
+    deadline = time.monotonic() + within
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return [p for p in pids if alive(p)]
+
+
+def resolved(path: Path) -> str:
+    return str(path.resolve())
+
+
+def read_if_there(path: Path) -> str:
+    return path.read_text().strip() if path.exists() else ""
+
+
+async def wait_for_file(path: Path, within: float = 10.0) -> str:
+    deadline = time.monotonic() + within
+    while not (text := read_if_there(path)):
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        await asyncio.sleep(0.02)
+    return text
+
+
+def hanging_family(tmp_path: Path) -> list[str]:
+    """A shell that starts a grandchild, records both pids, and waits forever."""
+    script = f"sleep 300 & echo $! > {tmp_path}/grandchild; echo $$ > {tmp_path}/child; wait"
+    return ["sh", "-c", script]
+
+
+# --- declarations ---------------------------------------------------------------------------
+
+
+def test_a_full_declaration_parses() -> None:
+    spec = spec_of(
+        name="say",
+        description="Say something with a cow",
+        command=["cowsay", "{message}", "--style={style}"],
+        arguments=[
+            {"name": "message", "type": "string", "required": True, "description": "What"},
+            {"name": "style", "type": "enum", "values": ["plain", "fancy"]},
+        ],
+        tags=["ai:confirm"],
+        timeout="1m30s",
+        crash_policy="ask",
+    )
+    assert spec == ExecToolSpec(
+        name="say",
+        description="Say something with a cow",
+        command=("cowsay", "{message}", "--style={style}"),
+        arguments=(
+            Argument("message", "string", required=True, description="What"),
+            Argument("style", "enum", values=("plain", "fancy")),
+        ),
+        tags=("ai:confirm",),
+        timeout=90.0,
+        crash_policy="ask",
+    )
+    bare = spec_of(name="ls", command=["ls"])
+    assert (bare.description, bare.timeout, bare.crash_policy) == ("Run ls", None, "retry")
+
+
+def test_placeholders_and_literal_braces() -> None:
+    assert placeholders("--{a}={b_2}") == ["a", "b_2"]
+    assert placeholders("{{a}} {{}}") == []
+    with pytest.raises(ValueError, match="stray"):
+        placeholders("{1}")
+
+
+MESSAGE = {"name": "message", "type": "string"}
+
+
+@pytest.mark.parametrize(
+    ("raw", "field", "problem"),
+    [
+        (
+            {"command": ["echo", "{x}"], "arguments": [MESSAGE]},
+            "tools[2] (say).arguments[0]",
+            "argument 'message' is not used by the command",
+        ),
+        (
+            {"command": ["echo", "{message}", "{x}"], "arguments": [MESSAGE]},
+            "tools[2] (say).command[2]",
+            "placeholder {x} has no argument",
+        ),
+        (
+            {"command": ["echo", "{message}"], "arguments": [{"name": "message", "type": "str"}]},
+            "tools[2] (say).arguments[0].type",
+            "type must be one of string, integer, number, boolean, enum; got 'str'",
+        ),
+        (
+            {"command": ["echo", "{message}"], "arguments": [MESSAGE, MESSAGE]},
+            "tools[2] (say).arguments[1].name",
+            "duplicate argument name 'message'",
+        ),
+        (
+            {"command": ["echo", "{message}"], "arguments": [{"name": "message", "type": "enum"}]},
+            "tools[2] (say).arguments[0].values",
+            "an enum argument needs a non-empty list of values",
+        ),
+        (
+            {
+                "command": ["echo", "{m}"],
+                "arguments": [{"name": "m", "type": "enum", "values": []}],
+            },
+            "tools[2] (say).arguments[0].values",
+            "must not be empty",
+        ),
+        ({"command": ["sleep"], "timeout": "soon"}, "tools[2] (say).timeout", "invalid duration"),
+        ({"command": ["sleep"], "timeout": "0s"}, "tools[2] (say).timeout", "must be a positive"),
+        ({"command": ["ls"], "shell": True}, "tools[2] (say).shell", "unknown key"),
+        ({"command": "ls -l"}, "tools[2] (say).command", "expected a list of strings"),
+        ({"command": []}, "tools[2] (say).command", "must not be empty"),
+        ({}, "tools[2] (say).command", "missing"),
+        ({"command": ["{message}"], "arguments": [MESSAGE]}, "tools[2] (say).command[0]", "fixed"),
+        ({"command": ["awk", "{print $1}"]}, "tools[2] (say).command[1]", "stray"),
+        ({"command": ["ls"], "crash_policy": "never"}, "tools[2] (say).crash_policy", "one of"),
+        ({"command": ["ls"], "tags": "ai:confirm"}, "tools[2] (say).tags", "list of strings"),
+        ({"command": ["ls"], "description": 3}, "tools[2] (say).description", "a string"),
+        ({"name": "say it", "command": ["ls"]}, "tools[2].name", "'say it'"),
+        ({"name": "x" * 65, "command": ["ls"]}, "tools[2].name", "must match"),
+        ({"name": None, "command": ["ls"]}, "tools[2].name", "missing"),
+    ],
+)
+def test_malformed_declarations_name_the_tool_and_field(
+    raw: dict[str, Any], field: str, problem: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        spec_of(**{"name": "say", **raw})
+    text = str(caught.value)
+    assert "\n" not in text
+    assert text.startswith(f"agent.yaml: {field}: ")
+    assert problem in text
+
+
+def test_input_schema_is_exact() -> None:
+    spec = spec_of(
+        name="t",
+        command=["t", "{s}", "{i}", "{n}", "{b}", "{e}"],
+        arguments=[
+            {"name": "s", "type": "string", "required": True, "description": "a string"},
+            {"name": "i", "type": "integer", "default": 3},
+            {"name": "n", "type": "number"},
+            {"name": "b", "type": "boolean", "description": "a flag"},
+            {"name": "e", "type": "enum", "values": ["x", "y"], "required": True},
+        ],
+    )
+    assert input_schema(spec) == {
+        "type": "object",
+        "properties": {
+            "s": {"type": "string", "description": "a string"},
+            "i": {"type": "integer", "default": 3},
+            "n": {"type": "number"},
+            "b": {"type": "boolean", "description": "a flag"},
+            "e": {"type": "string", "enum": ["x", "y"]},
+        },
+        "required": ["s", "e"],
+        "additionalProperties": False,
+    }
+    assert "required" not in input_schema(spec_of(name="ls", command=["ls"]))
+
+
+# --- argv ------------------------------------------------------------------------------------
+
+TYPED = {
+    "name": "typed",
+    "command": ["prog", "--count={count}", "{ratio}", "--flag={flag}", "{mode}", "{{lit}}"],
+    "arguments": [
+        {"name": "count", "type": "integer"},
+        {"name": "ratio", "type": "number"},
+        {"name": "flag", "type": "boolean"},
+        {"name": "mode", "type": "enum", "values": ["fast", "slow"], "default": "slow"},
+    ],
+}
+
+
+def test_values_are_rendered_and_missing_optional_elements_dropped() -> None:
+    spec = spec_of(**TYPED)
+    argv = build_argv(spec, {"count": 3, "ratio": 2.5, "flag": True, "mode": "fast"})
+    assert argv == ["prog", "--count=3", "2.5", "--flag=true", "fast", "{lit}"]
+    assert build_argv(spec, {"flag": False}) == ["prog", "--flag=false", "slow", "{lit}"]
+    assert build_argv(spec, {"ratio": 3, "count": 4.0}) == [
+        "prog",
+        "--count=4",
+        "3",
+        "slow",
+        "{lit}",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "problem"),
+    [
+        ({"count": "3"}, "argument 'count': expected an integer, got '3'"),
+        ({"count": True}, "argument 'count': expected an integer"),
+        ({"count": 2.5}, "argument 'count': expected an integer"),
+        ({"ratio": "2.5"}, "argument 'ratio': expected a number"),
+        ({"flag": "true"}, "argument 'flag': expected a boolean"),
+        ({"mode": "medium"}, "argument 'mode': must be one of fast, slow; got 'medium'"),
+        ({"color": "red"}, "has no argument(s): color"),
+    ],
+)
+def test_values_that_do_not_fit_are_tool_errors(arguments: dict[str, Any], problem: str) -> None:
+    with pytest.raises(ToolError) as caught:
+        build_argv(spec_of(**TYPED), arguments)
+    assert problem in str(caught.value)
+
+
+def test_a_missing_required_argument_is_a_tool_error() -> None:
+    spec = spec_of(name="e", command=["echo", "{m}"], arguments=[{"name": "m", "required": True}])
+    with pytest.raises(ToolError, match="argument 'm' is required"):
+        build_argv(spec, {})
+
+
+# --- processes --------------------------------------------------------------------------------
+
+
+async def test_a_hostile_value_is_one_literal_argv_element(tmp_path: Path) -> None:
+    spec = spec_of(
+        name="argv",
+        command=[*PRINT_ARGV, "{text}"],
+        arguments=[{"name": "text", "type": "string", "required": True}],
+    )
+    hostile = f"hello; touch {tmp_path}/pwned $(id) `id` && echo hi > {tmp_path}/pwned"
+    outcome = await ToolBox.of([exec_tool(spec, work_dir=tmp_path)]).invoke(
+        "argv", {"text": hostile}
+    )
+    assert not outcome.is_error
+    result = json.loads(outcome.content)
+    assert json.loads(result["output"]) == [hostile]
+    assert result["exit_code"] == 0
+    assert not (tmp_path / "pwned").exists()
+
+
+async def test_the_environment_is_scrubbed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = resolved(tmp_path)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-secret")
+    monkeypatch.setenv("ANTHROPIC_AUTH_TOKEN", "tok-secret")
+    monkeypatch.setenv("FISK_KEEP_ME", "kept")
+    result = await run_command(["env"], timeout=10, work_dir=tmp_path)
+    lines = result["output"].splitlines()
+    assert not [line for line in lines if line.startswith("ANTHROPIC_")]
+    assert "secret" not in result["output"]
+    assert "LLMFORMAT=1" in lines
+    assert f"PWD={tmp_path}" in lines
+    assert "FISK_KEEP_ME=kept" in lines
+    pwd = await run_command(
+        [PY, "-c", "import os; print(os.getcwd())"], timeout=10, work_dir=tmp_path
+    )
+    assert pwd["output"].strip() == real
+
+
+async def test_large_output_keeps_head_and_tail(tmp_path: Path) -> None:
+    script = "import sys; sys.stdout.buffer.write(b''.join(b'%07d\\n' % i for i in range(25600)))"
+    data = b"".join(b"%07d\n" % i for i in range(25600)).decode()
+    assert len(data) == 200 * 1024
+    result = await run_command([PY, "-c", script], timeout=30, work_dir=tmp_path)
+    assert result["truncated"] is True
+    assert result["output"] == data[:32768] + MARKER + data[-32768:]
+    exact = await run_command(
+        [PY, "-c", "import sys; sys.stdout.write('x' * 65536)"], timeout=30, work_dir=tmp_path
+    )
+    assert exact["output"] == "x" * 65536 and "truncated" not in exact
+
+
+async def test_timeout_kills_the_whole_process_group(tmp_path: Path) -> None:
+    started = time.monotonic()
+    with pytest.raises(ToolError, match=r"^command timed out after 0\.5s: sh -c "):
+        await run_command(hanging_family(tmp_path), timeout=0.5, work_dir=tmp_path)
+    assert time.monotonic() - started < 5
+    pids = [int((tmp_path / name).read_text()) for name in ("child", "grandchild")]
+    assert wait_dead(*pids) == []
+
+
+async def test_cancellation_kills_the_whole_process_group(tmp_path: Path) -> None:
+    task = asyncio.create_task(
+        run_command(hanging_family(tmp_path), timeout=None, work_dir=tmp_path)
+    )
+    grandchild = int(await wait_for_file(tmp_path / "grandchild"))
+    child = int(await wait_for_file(tmp_path / "child"))
+    assert alive(child) and alive(grandchild)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert wait_dead(child, grandchild) == []
+
+
+async def test_a_background_grandchild_holding_the_pipe_does_not_hang_us(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("fisk_sm.exectool.WAIT_DELAY", 0.3)
+    argv = ["sh", "-c", "sleep 300 & echo $!; echo done"]
+    result = await asyncio.wait_for(run_command(argv, timeout=None, work_dir=tmp_path), 10)
+    pid_line, done = result["output"].splitlines()
+    try:
+        assert (done, result["exit_code"]) == ("done", 0)
+    finally:
+        os.kill(int(pid_line), signal.SIGKILL)
+
+
+async def test_stdin_is_closed(tmp_path: Path) -> None:
+    # Our own stdin becomes a pipe nobody writes to: a child inheriting it would block.
+    read_end, write_end = os.pipe()
+    saved = os.dup(0)
+    os.dup2(read_end, 0)
+    try:
+        argv = [PY, "-c", "import sys; print(repr(sys.stdin.read()))"]
+        result = await asyncio.wait_for(run_command(argv, timeout=None, work_dir=tmp_path), 5)
+    finally:
+        os.dup2(saved, 0)
+        for fd in (saved, read_end, write_end):
+            os.close(fd)
+    assert result["output"] == "''\n"
+
+
+async def test_stdout_and_stderr_are_merged_in_order_and_a_failure_is_a_result(
+    tmp_path: Path,
+) -> None:
+    script = (
+        "import sys\n"
+        "for i in range(3):\n"
+        "    print('out', i, flush=True)\n"
+        "    print('err', i, file=sys.stderr, flush=True)\n"
+        "sys.exit(3)\n"
+    )
+    result = await run_command([PY, "-c", script], timeout=10, work_dir=tmp_path)
+    assert result == {
+        "command": f"{PY} -c {__import__('shlex').quote(script)}",
+        "exit_code": 3,
+        "output": "out 0\nerr 0\nout 1\nerr 1\nout 2\nerr 2\n",
+    }
+
+
+async def test_a_missing_program_is_a_tool_error(tmp_path: Path) -> None:
+    with pytest.raises(ToolError, match="cannot start 'no-such-program-fisk'"):
+        await run_command(["no-such-program-fisk", "x"], timeout=None, work_dir=tmp_path)
+    spec = spec_of(name="gone", command=["no-such-program-fisk"])
+    outcome = await ToolBox.of([exec_tool(spec, work_dir=tmp_path)]).invoke("gone", {})
+    assert outcome.is_error and "no-such-program-fisk" in outcome.content
+
+
+async def test_a_bad_value_through_the_toolbox_is_an_error_result(tmp_path: Path) -> None:
+    box = ToolBox.of([exec_tool(spec_of(**TYPED), work_dir=tmp_path)])
+    outcome = await box.invoke("typed", {"count": "3"})
+    assert outcome.is_error and "argument 'count'" in outcome.content
+
+
+def test_the_tool_record_and_its_display() -> None:
+    spec = spec_of(
+        name="say",
+        command=["echo", "{message}"],
+        arguments=[{"name": "message", "required": True}],
+        tags=["ai:confirm"],
+        crash_policy="fail",
+    )
+    t = exec_tool(spec)
+    assert (t.kind, t.tags, t.crash_policy) == ("exec", ("ai:confirm",), "fail")
+    assert t.input_schema == input_schema(spec)
+    assert t.describe({"message": "hi there"}) == "echo 'hi there'"
+    assert t.describe({"message": "a\x1b[31mred\nline"}) == "echo 'a\\u001b[31mred\\nline'"
+    assert t.describe({"message": 5}) == 'say {"message": 5}'
