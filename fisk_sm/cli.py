@@ -15,6 +15,7 @@ from pathlib import Path
 from fisk_sm.config import ConfigError
 from fisk_sm.diagram import FORMATS, DiagramError, render
 from fisk_sm.fingerprint import ResumeRefused
+from fisk_sm.infocmd import cmd_info
 from fisk_sm.journal import JournalError
 from fisk_sm.runcmd import DEFAULT_PROMPT, UsageError, cmd_run
 from fisk_sm.sessioncmd import cmd_session
@@ -90,6 +91,15 @@ def build_parser() -> argparse.ArgumentParser:
     fork.add_argument("--at", type=int, required=True, metavar="SEQ", help="records to keep")
     fork.add_argument("--name", required=True, metavar="NEW", help="the new session id")
 
+    info = sub.add_parser(
+        "info",
+        help="describe an agent: model, tools (kind, tags, gated), backends",
+        description="Describe agent.yaml without calling the model: the model section, the"
+        " tools offered (name, kind, description, tags, gated or not) and the session and"
+        " memory backends.",
+    )
+    info.add_argument("-c", "--config", required=True, type=Path, help="the agent.yaml")
+
     diagram = sub.add_parser(
         "diagram",
         help="draw the loop's state machine",
@@ -128,6 +138,7 @@ def cmd_fake_api(args: argparse.Namespace) -> int:
 COMMANDS = {
     "run": cmd_run,
     "session": cmd_session,
+    "info": cmd_info,
     "diagram": cmd_diagram,
     "fake-api": cmd_fake_api,
 }

@@ -21,6 +21,7 @@ from fisk_sm.events import Events, Fanout
 from fisk_sm.filestore import FileStore, default_directory
 from fisk_sm.lineui import LineUI
 from fisk_sm.logevents import JsonLinesEvents
+from fisk_sm.prompter import TerminalPrompter
 from fisk_sm.run import Run
 from fisk_sm.sessions import resume_session, start_session
 
@@ -65,6 +66,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         stream = args.events.open("a", encoding="utf-8")
         sinks.append(JsonLinesEvents(stream))
     events = Fanout(tuple(sinks))
+    prompter = TerminalPrompter()
     try:
         if args.resume:
             run = resume_session(
@@ -77,11 +79,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         elif args.checkpoint:
             prompt = " ".join(args.prompt).strip() or DEFAULT_PROMPT
             store = store_for(args.state_dir, config)
-            run = start_session(config, prompt, store, run_id=args.name, events=events)
+            run = start_session(
+                config, prompt, store, run_id=args.name, events=events, prompter=prompter
+            )
             _say(f"session: {run.data.run_id}")
         else:
             prompt = " ".join(args.prompt).strip() or DEFAULT_PROMPT
-            run = Run.create(config, prompt, events=events)
+            run = Run.create(config, prompt, events=events, prompter=prompter)
         return asyncio.run(_drive(run, args, journaled=bool(args.resume or args.checkpoint)))
     finally:
         if stream is not None:

@@ -1,0 +1,158 @@
+"""Exec tools through `fisk-sm run`: real subprocesses, real signals, loopback only."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fisk_sm.testing import FakeMessagesAPI, Reply
+
+CLI = [sys.executable, "-m", "fisk_sm.cli"]
+PRINT_ARGV = "import sys, json; print(json.dumps(sys.argv[1:]))"
+ARGV = f"[{json.dumps(sys.executable)}, '-c', '{PRINT_ARGV}', '{{text}}']"
+
+
+def write(tmp_path: Path, tools: str, extra: str = "") -> Path:
+    path = tmp_path / "agent.yaml"
+    path.write_text(f"llm: {{model: m}}\ntools:\n{tools}{extra}")
+    return path
+
+
+def fisk(api_url: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    full = {**os.environ, "ANTHROPIC_API_KEY": "sk-secret", "ANTHROPIC_BASE_URL": api_url, **env}
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, env=full, timeout=60)
+
+
+def test_arguments_reach_the_program_as_one_literal_argv_element(
+    api: FakeMessagesAPI, tmp_path: Path
+) -> None:
+    agent = write(
+        tmp_path,
+        f"  - name: show\n    command: {ARGV}\n"
+        "    arguments: [{name: text, type: string, required: true}]\n",
+    )
+    hostile = f"hello; touch {tmp_path}/pwned $(id)"
+    api.add(Reply.tool_use("show", {"text": hostile}), Reply.text("shown"))
+    done = fisk(api.base_url, "run", "-c", str(agent), "go")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(api.requests[1]["messages"][-1]["content"][0]["content"])
+    assert json.loads(result["output"]) == [hostile]
+    assert result["exit_code"] == 0
+    assert not (tmp_path / "pwned").exists()
+    assert api.requests[0]["tools"][0]["input_schema"]["required"] == ["text"]
+
+
+def test_exec_tools_see_no_anthropic_credentials_and_llmformat(
+    api: FakeMessagesAPI, tmp_path: Path
+) -> None:
+    agent = write(tmp_path, "  - {name: env, command: [env]}\n", "harness: {work_dir: .}\n")
+    api.add(Reply.tool_use("env", {}), Reply.text("ok"))
+    done = fisk(api.base_url, "run", "-c", str(agent), "go")
+    assert done.returncode == 0, done.stderr
+    output = json.loads(api.requests[1]["messages"][-1]["content"][0]["content"])["output"]
+    lines = output.splitlines()
+    assert "LLMFORMAT=1" in lines
+    assert f"PWD={tmp_path}" in lines
+    assert not [line for line in lines if line.startswith("ANTHROPIC_API_KEY")]
+    assert "sk-secret" not in output
+
+
+def test_a_second_sigint_kills_the_tool_with_its_whole_process_group(
+    api: FakeMessagesAPI, tmp_path: Path
+) -> None:
+    pids = tmp_path / "pids"
+    script = f"sleep 300 & echo $! > {pids}; echo $$ >> {pids}; wait"
+    agent = write(tmp_path, f"  - {{name: hang, command: [sh, -c, '{script}']}}\n")
+    api.add(Reply.tool_use("hang", {}))
+    env = {**os.environ, "ANTHROPIC_API_KEY": "x", "ANTHROPIC_BASE_URL": api.base_url}
+    state = tmp_path / "state"
+    proc = subprocess.Popen(
+        [*CLI, "run", "-c", str(agent), "--checkpoint", "--state-dir", str(state), "go"],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 30
+    while len(pids.read_text().split() if pids.exists() else []) < 2:
+        assert time.monotonic() < deadline, "the tool never started"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    for pid in map(int, pids.read_text().split()):
+        assert not _alive(pid), f"process {pid} survived"
+
+
+def _alive(pid: int) -> bool:
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+        except FileNotFoundError:
+            return False
+        if state == "Z":
+            return False
+        time.sleep(0.05)
+    return True
+
+
+@pytest.mark.parametrize(
+    ("tools", "field"),
+    [
+        ("  - {name: say, command: [echo, '{msg}']}\n", "tools[0] (say).command[1]"),
+        (
+            "  - {name: say, command: [echo, '{m}'], arguments: [{name: m, type: str}]}\n",
+            "tools[0] (say).arguments[0].type",
+        ),
+        (
+            "  - {name: say, command: [echo]}\n  - {name: say, command: [ls]}\n",
+            "tools[1] (say).name",
+        ),
+        ("  - {name: 'bad name', command: [echo]}\n", "tools[0].name"),
+    ],
+)
+def test_malformed_tool_declarations_name_the_tool_and_field(
+    api: FakeMessagesAPI, tmp_path: Path, tools: str, field: str
+) -> None:
+    agent = write(tmp_path, tools)
+    done = fisk(api.base_url, "run", "-c", str(agent), "go")
+    assert done.returncode == 2
+    assert len(done.stderr.splitlines()) == 1 and field in done.stderr, done.stderr
+    assert api.requests == []
+
+
+def test_a_bad_selection_regex_is_named(api: FakeMessagesAPI, tmp_path: Path) -> None:
+    agent = write(
+        tmp_path,
+        "  - {name: a, command: [echo]}\n",
+        "harness: {tools: {exclude: {names: ['(']}}}\n",
+    )
+    done = fisk(api.base_url, "info", "-c", str(agent))
+    assert done.returncode == 2
+    assert "harness.tools.exclude.names: invalid regex '('" in done.stderr
+
+
+def test_info_lists_tools_with_kind_tags_and_gating(api: FakeMessagesAPI, tmp_path: Path) -> None:
+    agent = write(
+        tmp_path,
+        "  - {name: say, command: [echo], tags: [ai:confirm]}\n"
+        "  - {name: gone, command: [echo], tags: [ai:deny]}\n",
+        "harness: {confirm_tags: [deploy], memory: {enabled: true, options: {directory: mem}}}\n",
+    )
+    done = fisk(api.base_url, "info", "-c", str(agent))
+    assert done.returncode == 0, done.stderr
+    rows = {line.split()[0]: line for line in done.stdout.splitlines() if line.startswith("  ")}
+    assert rows["say"].split()[1] == "exec" and "yes (ai:confirm)" in rows["say"]
+    assert rows["memory_write"].split()[1] == "memory" and rows["memory_write"].endswith("no")
+    assert "not offered (ai:deny or the tool selection): gone" in done.stdout
+    assert f"directory       {tmp_path / 'mem'}" in done.stdout
+    assert "warning: confirm_tag_unmatched deploy" in done.stdout
