@@ -281,6 +281,7 @@ async def build_session(store: FileStore, run_id: str, iterations: int) -> Path:
     store.create(meta).close_sync()  # meta, lock file and directory as FileStore makes them
     with store.path(run_id).open("ab") as f:
         f.write("".join(encode(r) + "\n" for r in rest).encode())
+        f.flush()
         os.fsync(f.fileno())
     return store.path(run_id)
 

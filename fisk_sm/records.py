@@ -115,7 +115,10 @@ configure_tagged_union(
 
 def encode(record: Record) -> str:
     """One JSON line (no newline) for `record`."""
-    return json.dumps(converter.unstructure(record, Record), separators=(",", ":"))
+    # ensure_ascii=False: non-Latin text would double in size as \u escapes.
+    return json.dumps(
+        converter.unstructure(record, Record), separators=(",", ":"), ensure_ascii=False
+    )
 
 
 def decode(line: str | bytes) -> Record:

@@ -89,16 +89,23 @@ def resume_session(
     should_suspend: Callable[[], bool] | None = None,
     prompter: Prompter | None = None,
 ) -> Run:
-    """Resume session `run_id`; raises `ResumeRefused` or a journal error if it cannot."""
-    saved = fold(store.load(run_id))
+    """Resume session `run_id`; raises `ResumeRefused` or a journal error if it cannot.
+
+    The journal is opened once: the lock is taken, the file parsed (a torn last line is
+    truncated) and folded, and only then is the resume gate asked; a refusal releases the lock.
+    """
     harness = _harness(config, model, tools, events, should_suspend, prompter)
-    check_resume(
-        run_id, saved.fingerprint, fingerprint(harness), completed=saved.completed, force=force
-    )
     journal = store.open(run_id)
     try:
         snapshot = fold(journal.records)
-    except Exception:
+        check_resume(
+            run_id,
+            snapshot.fingerprint,
+            fingerprint(harness),
+            completed=snapshot.completed,
+            force=force,
+        )
+    except BaseException:
         journal.close_sync()
         raise
     harness.journal = journal

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import stat
 import subprocess
@@ -355,10 +356,14 @@ base, rounds, i = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 for r in range(rounds):
     (base / f"ready-{r}-{i}").touch()
     while not (base / f"go-{r}").exists():
-        time.sleep(0.0002)
+        time.sleep(0.001)
     store = MemoryStore(base / f"round-{r}")
     print(store.create("shared", f"desc {i}", f"content {i}" * 1000), flush=True)
 """
+
+
+def _all_ready(base: Path, round_: int, racers: int) -> bool:
+    return len(list(base.glob(f"ready-{round_}-*"))) == racers
 
 
 def _wait_for(condition: Callable[[], bool]) -> None:
@@ -386,7 +391,7 @@ def test_processes_creating_one_key_at_once_get_exactly_one_winner(
     ]
     try:
         for r in range(rounds):
-            _wait_for(lambda r=r: len(list(tmp_path.glob(f"ready-{r}-*"))) == racers)
+            _wait_for(functools.partial(_all_ready, tmp_path, r, racers))
             (tmp_path / f"go-{r}").touch()
         outputs = [p.communicate(timeout=60) for p in procs]
     finally:
