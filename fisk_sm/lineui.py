@@ -25,6 +25,7 @@ from fisk_sm.events import (
     ToolFinished,
     Warning,
 )
+from fisk_sm.prompter import strip_control
 
 __all__ = ["LineUI", "transcript_lines"]
 
@@ -32,7 +33,8 @@ PREVIEW = 200
 
 
 def _preview(text: str) -> str:
-    flat = " ".join(text.split())
+    # model-supplied text never reaches the terminal with its control sequences
+    flat = " ".join(strip_control(text).split())
     return flat if len(flat) <= PREVIEW else flat[: PREVIEW - 1] + "…"
 
 
@@ -61,6 +63,10 @@ def transcript_lines(messages: Iterable[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _self_rendered(name: str, verbose: bool) -> bool:
+    return not verbose and name.startswith("ask_human_")
+
+
 @attrs.define
 class LineUI:
     """Renders events as lines."""
@@ -79,8 +85,12 @@ class LineUI:
             self._say(f"· {event.state} (iteration {event.iteration})")
         elif isinstance(event, MessageReceived) and not event.terminal and event.text:
             self._say(f"model: {_preview(event.text)}")
+        elif isinstance(event, ToolCalled | ToolFinished) and _self_rendered(
+            event.name, self.trace
+        ):
+            return  # the ask_human_* tools show their own prompt
         elif isinstance(event, ToolCalled):
-            self._say(f"-> {event.name} {json.dumps(event.input, ensure_ascii=False)}")
+            self._say(f"-> {event.name} {_preview(json.dumps(event.input, ensure_ascii=False))}")
         elif isinstance(event, ToolFinished):
             mark = "<- error:" if event.is_error else "<-"
             self._say(f"{mark} {_preview(event.output)}")
