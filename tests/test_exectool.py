@@ -335,7 +335,7 @@ async def test_cancellation_kills_the_whole_process_group(tmp_path: Path) -> Non
 async def test_a_background_grandchild_holding_the_pipe_does_not_hang_us(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("fisk_sm.exectool.WAIT_DELAY", 0.3)
+    monkeypatch.setattr("fisk_sm.process.WAIT_DELAY", 0.3)
     argv = ["sh", "-c", "sleep 300 & echo $!; echo done"]
     result = await asyncio.wait_for(run_command(argv, timeout=None, work_dir=tmp_path), 10)
     pid_line, done = result["output"].splitlines()
