@@ -135,23 +135,7 @@ class Snapshot:
 
     def data(self) -> RunData:
         """A fresh, mutable `RunData` holding this snapshot's data."""
-        return RunData(
-            run_id=self.run_id,
-            prompt=self.prompt,
-            messages=list(self.messages),
-            iteration=self.iteration,
-            usage=self.usage,
-            last_usage=self.last_usage,
-            llm_calls=self.llm_calls,
-            tool_calls=self.tool_calls,
-            turn=self.turn,
-            stop_reason=self.stop_reason,
-            pending=list(self.pending),
-            results=list(self.results),
-            error=self.error,
-            interrupted=list(self.interrupted),
-            tool_kinds=dict(self.tool_kinds),
-        )
+        return RunData(**{name: _copy(getattr(self, name), list) for name in _DATA_FIELDS})
 
     def to_json(self) -> str:
         """The snapshot as JSON (`Snapshot.from_json` reads it back)."""
@@ -165,26 +149,19 @@ class Snapshot:
 
     @classmethod
     def of(cls, state: str, data: RunData, **extra: Any) -> Snapshot:
-        """Copy `data` (containers become tuples, so later steps cannot change it)."""
-        return cls(
-            state=state,
-            run_id=data.run_id,
-            prompt=data.prompt,
-            messages=tuple(data.messages),
-            iteration=data.iteration,
-            usage=data.usage,
-            last_usage=data.last_usage,
-            llm_calls=data.llm_calls,
-            tool_calls=data.tool_calls,
-            turn=data.turn,
-            stop_reason=data.stop_reason,
-            pending=tuple(data.pending),
-            results=tuple(data.results),
-            error=data.error,
-            interrupted=tuple(data.interrupted),
-            tool_kinds=dict(data.tool_kinds),
-            **extra,
-        )
+        """Copy `data` (lists become tuples, so later steps cannot change it)."""
+        copied = {name: _copy(getattr(data, name), tuple) for name in _DATA_FIELDS}
+        return cls(state=state, **copied, **extra)
 
 
+def _copy(value: Any, sequence: type) -> Any:
+    """A copy of one field: lists and tuples as `sequence`, dicts as dicts, records as is."""
+    if isinstance(value, list | tuple):
+        return sequence(value)
+    if isinstance(value, dict):
+        return dict(value)
+    return value
+
+
+_DATA_FIELDS = tuple(f.name for f in attrs.fields(RunData))
 _converter = cattrs.Converter()

@@ -45,6 +45,14 @@ def agent(tmp_path: Path, api: FakeMessagesAPI) -> Path:
     return path
 
 
+def wait_for(journal: Path, marker: bytes) -> None:
+    """Wait until the journal holds `marker` (a record the running process wrote)."""
+    deadline = time.monotonic() + 30
+    while marker not in (journal.read_bytes() if journal.exists() else b""):
+        assert time.monotonic() < deadline, f"{journal} never got {marker!r}"
+        time.sleep(0.05)
+
+
 def fisk(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "ANTHROPIC_API_KEY": "test"}
     return subprocess.run([*CLI, *args], capture_output=True, text=True, env=env, timeout=60)
@@ -105,10 +113,7 @@ def test_torn_last_line_is_truncated_and_the_session_resumes(
         stderr=subprocess.DEVNULL,
     )
     journal = state / "t1.json"
-    deadline = time.monotonic() + 30
-    while b"tool_started" not in (journal.read_bytes() if journal.exists() else b""):
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_for(journal, b"tool_started")
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     good = journal.read_bytes()
@@ -170,10 +175,7 @@ def test_a_second_process_cannot_resume_an_open_session(
     )
     journal = state / "l1.json"
     try:
-        deadline = time.monotonic() + 30
-        while b"tool_started" not in (journal.read_bytes() if journal.exists() else b""):
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_for(journal, b"tool_started")
         before = journal.read_bytes()
         done = fisk("run", "-c", str(agent), "--state-dir", str(state), "--resume", "l1")
         assert done.returncode == 2
@@ -242,10 +244,7 @@ def test_a_second_signal_aborts_at_once_and_the_journal_keeps_what_completed(
         text=True,
     )
     journal = state / "a1.json"
-    deadline = time.monotonic() + 30
-    while b'"name":"slow"' not in (journal.read_bytes() if journal.exists() else b""):
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_for(journal, b'"name":"slow"')
     proc.send_signal(signal.SIGTERM)
     time.sleep(0.2)
     proc.send_signal(signal.SIGTERM)
