@@ -130,7 +130,9 @@ async def execute_tool(run: Phase) -> None:
             harness.events.emit(Warning(data.run_id, outcome.warning, name, outcome.content))
     else:
         await harness.journal.append(ToolStarted(run.next_seq(), use_id, name))
-        harness.events.emit(ToolCalled(data.run_id, name, use_id, dict(arguments)))
+        agent = known.agent if known is not None else ""
+        called = ToolCalled(data.run_id, name, use_id, dict(arguments), kind, agent)
+        harness.events.emit(called)
         outcome = await harness.tools.invoke(name, arguments)
         harness.events.emit(
             ToolFinished(data.run_id, name, use_id, outcome.content, outcome.is_error)

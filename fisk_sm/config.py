@@ -24,7 +24,7 @@ from cattrs.gen import make_dict_structure_fn, override
 
 from fisk_sm.configerror import ConfigError, check, parse_duration, show
 from fisk_sm.exectool import ExecToolSpec, parse_exec_tool
-from fisk_sm.harnessconfig import HarnessConfig
+from fisk_sm.harnessconfig import HarnessConfig, NatsConfig, RemoteHost
 
 __all__ = [
     "AgentConfig",
@@ -130,6 +130,9 @@ class AgentConfig:
     identity: str = attrs.field(default="fisk-sm", validator=_check_identity)
     tools: tuple[ToolSpec | ExecToolSpec, ...] = ()
     harness: HarnessConfig = attrs.Factory(HarnessConfig)
+    #: Hosts of remote tools (NATS request/reply), and the NATS server to reach them on.
+    remote_tools: tuple[RemoteHost, ...] = ()
+    nats: NatsConfig = attrs.Factory(NatsConfig)
     path: Path | None = None
 
     @property

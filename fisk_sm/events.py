@@ -95,6 +95,8 @@ class ToolCalled(Event):
     name: str
     tool_use_id: str
     input: dict[str, Any]
+    kind: str = ""
+    agent: str = ""
 
 
 @attrs.frozen

@@ -15,6 +15,8 @@ __all__ = [
     "HumanInTheLoop",
     "MemoryConfig",
     "MemoryOptions",
+    "NatsConfig",
+    "RemoteHost",
     "SessionOptions",
     "Sessions",
     "ToolRules",
@@ -115,6 +117,39 @@ class ToolSelection:
         if not self.include.empty and not self.include.match(name, tags):
             return False
         return not self.exclude.match(name, tags)
+
+
+_ALIAS_RE = re.compile(r"[a-zA-Z0-9_-]+")
+_SUBJECT_RE = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*")
+
+
+@attrs.frozen
+class RemoteHost:
+    """A host of remote tools, reached over NATS request/reply under `subject`."""
+
+    alias: str = attrs.field(
+        validator=check(
+            lambda v: (
+                None if _ALIAS_RE.fullmatch(v) else f"must match [a-zA-Z0-9_-]+, got {show(v)}"
+            )
+        )
+    )
+    subject: str = attrs.field(
+        validator=check(
+            lambda v: (
+                None
+                if _SUBJECT_RE.fullmatch(v)
+                else f"not a NATS subject without wildcards: {show(v)}"
+            )
+        )
+    )
+
+
+@attrs.frozen
+class NatsConfig:
+    """Where the NATS server is (for remote tools)."""
+
+    url: str = "nats://127.0.0.1:4222"
 
 
 @attrs.frozen

@@ -90,7 +90,9 @@ class LineUI:
         ):
             return  # the ask_human_* tools show their own prompt
         elif isinstance(event, ToolCalled):
-            self._say(f"-> {event.name} {_preview(json.dumps(event.input, ensure_ascii=False))}")
+            where = f" (remote: {event.agent})" if event.agent else ""
+            args = _preview(json.dumps(event.input, ensure_ascii=False))
+            self._say(f"-> {event.name} {args}{where}")
         elif isinstance(event, ToolFinished):
             mark = "<- error:" if event.is_error else "<-"
             self._say(f"{mark} {_preview(event.output)}")

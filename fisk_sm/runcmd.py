@@ -14,16 +14,18 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from fisk_sm.config import AgentConfig, load_config
 from fisk_sm.events import Events, Fanout
 from fisk_sm.filestore import FileStore, default_directory
+from fisk_sm.harness import Harness
 from fisk_sm.lineui import LineUI
 from fisk_sm.logevents import JsonLinesEvents
 from fisk_sm.prompter import TerminalPrompter
 from fisk_sm.run import Run
 from fisk_sm.sessions import resume_session, start_session
+from fisk_sm.tools import Tool
 
 __all__ = ["UsageError", "cmd_run", "store_for"]
 
@@ -65,31 +67,40 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.events:
         stream = args.events.open("a", encoding="utf-8")
         sinks.append(JsonLinesEvents(stream))
-    events = Fanout(tuple(sinks))
-    prompter = TerminalPrompter()
     try:
-        if args.resume:
-            run = resume_session(
-                config,
-                args.resume,
-                store_for(args.state_dir, config),
-                force=args.force,
-                events=events,
-            )
-        elif args.checkpoint:
-            prompt = " ".join(args.prompt).strip() or DEFAULT_PROMPT
-            store = store_for(args.state_dir, config)
-            run = start_session(
-                config, prompt, store, run_id=args.name, events=events, prompter=prompter
-            )
-            _say(f"session: {run.data.run_id}")
-        else:
-            prompt = " ".join(args.prompt).strip() or DEFAULT_PROMPT
-            run = Run.create(config, prompt, events=events, prompter=prompter)
-        return asyncio.run(_drive(run, args, journaled=bool(args.resume or args.checkpoint)))
+        return asyncio.run(_main(args, config, Fanout(tuple(sinks))))
     finally:
         if stream is not None:
             stream.close()
+
+
+async def _main(args: argparse.Namespace, config: AgentConfig, events: Events) -> int:
+    """Import remote tools (if any), build or resume the run, and drive it."""
+    prompter = TerminalPrompter()
+    remote: list[Tool] = []
+    close_remote = None
+    if config.remote_tools:
+        from fisk_sm.remote import connect_remote_tools  # nats is needed only here
+
+        taken = Harness.build(config, prompter=prompter).tools.tools
+        remote, close_remote = await connect_remote_tools(config, taken)
+    try:
+        kw: dict[str, Any] = {"events": events, "prompter": prompter, "tools": remote}
+        if args.resume:
+            store = store_for(args.state_dir, config)
+            run = resume_session(config, args.resume, store, force=args.force, **kw)
+        elif args.checkpoint:
+            prompt = " ".join(args.prompt).strip() or DEFAULT_PROMPT
+            store = store_for(args.state_dir, config)
+            run = start_session(config, prompt, store, run_id=args.name, **kw)
+            _say(f"session: {run.data.run_id}")
+        else:
+            prompt = " ".join(args.prompt).strip() or DEFAULT_PROMPT
+            run = Run.create(config, prompt, **kw)
+        return await _drive(run, args, journaled=bool(args.resume or args.checkpoint))
+    finally:
+        if close_remote is not None:
+            await close_remote()
 
 
 def _say(text: str) -> None:

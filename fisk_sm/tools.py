@@ -60,6 +60,8 @@ class Tool:
     crash_policy: str = "retry"
     tags: tuple[str, ...] = ()
     kind: str = "python"
+    #: For a remote tool, the host that runs it.
+    agent: str = ""
     display: Callable[[str, Mapping[str, Any]], str] = attrs.field(
         default=_json_call, eq=False, repr=False
     )
