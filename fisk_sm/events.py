@@ -95,7 +95,7 @@ class ToolCalled(Event):
     name: str
     tool_use_id: str
     input: dict[str, Any]
-    kind: str = ""
+    tool_kind: str = ""
     agent: str = ""
 
 
