@@ -26,6 +26,7 @@ test: lint
 bench: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python bench/loop_overhead.py
+	$(BIN)/python bench/journal.py
 
 diagrams: $(STAMP)
 	$(BIN)/fisk-sm diagram --format mermaid -o diagrams/agent_loop.mmd
