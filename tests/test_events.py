@@ -118,3 +118,14 @@ async def test_json_lines_stream_and_fanout(api: FakeMessagesAPI, tmp_path: Path
     assert [line["event"] for line in lines] == [e.kind for e in recorder]
     assert lines[-1]["state"] == "completed" and lines[-1]["answer"] == "fine"
     assert not recorder.of(ToolCalled) and not recorder.of(ToolFinished)
+
+
+async def test_line_ui_strips_control_sequences_from_model_text(api: FakeMessagesAPI) -> None:
+    evil = "\x1b]0;owned\x07\x1b[2Jhi\x9b31m"
+    api.add(Reply.tool_use("echo", {"text": evil}), Reply.text("ok"))
+    out, err = io.StringIO(), io.StringIO()
+    run = Run.create(make_config(api), "go", tools=[echo], events=LineUI(out=out, err=err))
+    await run.run()
+    shown = err.getvalue()
+    assert "<- hi" in shown
+    assert not any(c in shown for c in "\x1b\x07\x9b")
