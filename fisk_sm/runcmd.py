@@ -67,14 +67,41 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.events:
         stream = args.events.open("a", encoding="utf-8")
         sinks.append(JsonLinesEvents(stream))
+    early = _EarlySignals(journaled=bool(args.resume or args.checkpoint))
     try:
-        return asyncio.run(_main(args, config, Fanout(tuple(sinks))))
+        return asyncio.run(_main(args, config, Fanout(tuple(sinks)), early))
     finally:
+        # The run is over: a signal now must not turn a clean exit into a killed process.
+        for signum in SIGNALS:
+            signal.signal(signum, signal.SIG_IGN)
         if stream is not None:
             stream.close()
 
 
-async def _main(args: argparse.Namespace, config: AgentConfig, events: Events) -> int:
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class _EarlySignals:
+    """Signals that arrive before the run loop takes them over (while the session is created,
+    remote tools imported, ...). For a journaled run the first one is remembered as a suspend
+    request; otherwise, or on a second one, the command stops at once."""
+
+    def __init__(self, *, journaled: bool) -> None:
+        self.journaled = journaled
+        self.count = 0
+        for signum in SIGNALS:
+            signal.signal(signum, self._handle)
+
+    def _handle(self, signum: int, frame: object) -> None:
+        self.count += 1
+        if not self.journaled or self.count > 1:
+            raise KeyboardInterrupt
+        _say("suspending at the next loop boundary (signal again to abort)")
+
+
+async def _main(
+    args: argparse.Namespace, config: AgentConfig, events: Events, early: _EarlySignals
+) -> int:
     """Import remote tools (if any), build or resume the run, and drive it."""
     prompter = TerminalPrompter()
     remote: list[Tool] = []
@@ -97,7 +124,7 @@ async def _main(args: argparse.Namespace, config: AgentConfig, events: Events) -
         else:
             prompt = " ".join(args.prompt).strip() or DEFAULT_PROMPT
             run = Run.create(config, prompt, **kw)
-        return await _drive(run, args, journaled=bool(args.resume or args.checkpoint))
+        return await _drive(run, args, journaled=early.journaled, signals=early.count)
     finally:
         if close_remote is not None:
             await close_remote()
@@ -107,9 +134,10 @@ def _say(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
-async def _drive(run: Run, args: argparse.Namespace, *, journaled: bool) -> int:
+async def _drive(run: Run, args: argparse.Namespace, *, journaled: bool, signals: int) -> int:
     task = asyncio.ensure_future(run.run())
-    signals = 0
+    if signals:
+        run.request_suspend()  # a signal came while the run was being set up
 
     def on_signal() -> None:
         nonlocal signals
@@ -121,7 +149,7 @@ async def _drive(run: Run, args: argparse.Namespace, *, journaled: bool) -> int:
             task.cancel()
 
     loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
+    for signum in SIGNALS:
         loop.add_signal_handler(signum, on_signal)
     try:
         state = await task

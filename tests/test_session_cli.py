@@ -278,3 +278,36 @@ def test_the_sessions_directory_comes_from_agent_yaml(
     assert (tmp_path / "my-runs" / "d1.json").exists()
     listed = fisk("session", "ls", "-c", str(agent))
     assert listed.stdout.splitlines()[1].startswith("d1 ")
+
+
+def test_a_signal_while_the_session_is_being_set_up_suspends_cleanly(
+    agent: Path, api: FakeMessagesAPI, tmp_path: Path
+) -> None:
+    # Sent as soon as the meta record exists: usually before the run loop has installed its
+    # own handlers (the early window), sometimes just after; either way a clean suspend.
+    api.add(Reply.tool_use("mark", {"label": "x"}, delay=0.5))
+    state = tmp_path / "state"
+    proc = subprocess.Popen(
+        [
+            *CLI,
+            "run",
+            "-c",
+            str(agent),
+            "--checkpoint",
+            "--name",
+            "e1",
+            "--state-dir",
+            str(state),
+            "go",
+        ],
+        env={**os.environ, "ANTHROPIC_API_KEY": "test"},
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    wait_for(state / "e1.json", b'"type":"meta"')  # the session exists; the loop may not yet
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    snap = fold(FileStore(state).load("e1"))
+    assert snap.status == "suspended" and snap.llm_calls <= 1
+    assert "--resume e1" in err
