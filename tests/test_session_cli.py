@@ -53,6 +53,19 @@ def wait_for(journal: Path, marker: bytes) -> None:
         time.sleep(0.05)
 
 
+def start_checkpointed(
+    agent: Path, name: str, state: Path, *, capture: bool = False
+) -> subprocess.Popen[str]:
+    """`fisk-sm run --checkpoint --name NAME` in the background (stderr piped if `capture`)."""
+    command = [*CLI, "run", "-c", str(agent), "--checkpoint", "--name", name]
+    return subprocess.Popen(
+        [*command, "--state-dir", str(state), "go"],
+        env={**os.environ, "ANTHROPIC_API_KEY": "test"},
+        stderr=subprocess.PIPE if capture else subprocess.DEVNULL,
+        text=True,
+    )
+
+
 def fisk(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "ANTHROPIC_API_KEY": "test"}
     return subprocess.run([*CLI, *args], capture_output=True, text=True, env=env, timeout=60)
@@ -96,22 +109,7 @@ def test_torn_last_line_is_truncated_and_the_session_resumes(
 ) -> None:
     state = tmp_path / "state"
     api.add(Reply.tool_use("slow", {"label": "never"}))
-    proc = subprocess.Popen(
-        [
-            *CLI,
-            "run",
-            "-c",
-            str(agent),
-            "--checkpoint",
-            "--name",
-            "t1",
-            "--state-dir",
-            str(state),
-            "go",
-        ],
-        env={**os.environ, "ANTHROPIC_API_KEY": "test"},
-        stderr=subprocess.DEVNULL,
-    )
+    proc = start_checkpointed(agent, "t1", state)
     journal = state / "t1.json"
     wait_for(journal, b"tool_started")
     proc.send_signal(signal.SIGKILL)
@@ -156,23 +154,7 @@ def test_a_second_process_cannot_resume_an_open_session(
 ) -> None:
     state = tmp_path / "state"
     api.add(Reply.tool_use("slow", {"label": "busy"}))
-    env = {**os.environ, "ANTHROPIC_API_KEY": "test"}
-    owner = subprocess.Popen(
-        [
-            *CLI,
-            "run",
-            "-c",
-            str(agent),
-            "--checkpoint",
-            "--name",
-            "l1",
-            "--state-dir",
-            str(state),
-            "go",
-        ],
-        env=env,
-        stderr=subprocess.DEVNULL,
-    )
+    owner = start_checkpointed(agent, "l1", state)
     journal = state / "l1.json"
     try:
         wait_for(journal, b"tool_started")
@@ -226,23 +208,7 @@ def test_a_second_signal_aborts_at_once_and_the_journal_keeps_what_completed(
 ) -> None:
     state = tmp_path / "state"
     api.add(Reply.tool_use("mark", {"label": "m"}), Reply.tool_use("slow", {"label": "s"}))
-    proc = subprocess.Popen(
-        [
-            *CLI,
-            "run",
-            "-c",
-            str(agent),
-            "--checkpoint",
-            "--name",
-            "a1",
-            "--state-dir",
-            str(state),
-            "go",
-        ],
-        env={**os.environ, "ANTHROPIC_API_KEY": "test"},
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_checkpointed(agent, "a1", state, capture=True)
     journal = state / "a1.json"
     wait_for(journal, b'"name":"slow"')
     proc.send_signal(signal.SIGTERM)
@@ -287,23 +253,7 @@ def test_a_signal_while_the_session_is_being_set_up_suspends_cleanly(
     # own handlers (the early window), sometimes just after; either way a clean suspend.
     api.add(Reply.tool_use("mark", {"label": "x"}, delay=0.5))
     state = tmp_path / "state"
-    proc = subprocess.Popen(
-        [
-            *CLI,
-            "run",
-            "-c",
-            str(agent),
-            "--checkpoint",
-            "--name",
-            "e1",
-            "--state-dir",
-            str(state),
-            "go",
-        ],
-        env={**os.environ, "ANTHROPIC_API_KEY": "test"},
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_checkpointed(agent, "e1", state, capture=True)
     wait_for(state / "e1.json", b'"type":"meta"')  # the session exists; the loop may not yet
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=30)
