@@ -8,6 +8,7 @@ and not with its square. Each record carries its `seq` (1 for meta, then +1 per 
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import attrs
@@ -40,6 +41,12 @@ class Meta:
     created: str
     fingerprint: dict[str, Any]
     prompt: str
+
+    @classmethod
+    def new(cls, run_id: str, fingerprint: dict[str, Any], prompt: str) -> Meta:
+        """The meta record (seq 1) of a run created now."""
+        created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        return cls(1, FORMAT_VERSION, run_id, created, fingerprint, prompt)
 
 
 @attrs.frozen

@@ -27,7 +27,7 @@ from fisk_sm.journal import Journal
 from fisk_sm.llm import ModelClient
 from fisk_sm.machine import LoopMachine, Step, build_machine
 from fisk_sm.prompter import Prompter
-from fisk_sm.records import FORMAT_VERSION, Meta, Terminal
+from fisk_sm.records import Meta, Terminal
 from fisk_sm.snapshot import RunData, Snapshot
 from fisk_sm.table import load_table
 from fisk_sm.tools import Tool
@@ -128,9 +128,8 @@ class Run:
         harness = self.harness
         if harness.journal.last_seq == 0:
             data = self.data
-            print_ = fingerprint(harness)
-            meta = Meta(self.next_seq(), FORMAT_VERSION, data.run_id, _now(), print_, data.prompt)
-            await harness.journal.append(meta)
+            await harness.journal.append(Meta.new(data.run_id, fingerprint(harness), data.prompt))
+            self._seq = 1
         harness.events.emit(
             RunStarted(
                 self.data.run_id,
@@ -207,10 +206,6 @@ class Run:
     def sync(self) -> SyncRun:
         """A blocking facade for a plain debugger prompt."""
         return SyncRun(self)
-
-
-def _now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 class SyncRun:

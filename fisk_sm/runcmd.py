@@ -162,6 +162,11 @@ async def _drive(run: Run, args: argparse.Namespace, *, journaled: bool, signals
         sys.stdout.flush()
         os._exit(EXIT_ABORTED)
     finally:
+        # The run is over: from here to the exit a signal must not kill a clean finish.
+        # (remove_signal_handler restores the default disposition; "ignore" follows at once.)
+        for signum in SIGNALS:
+            loop.remove_signal_handler(signum)
+            signal.signal(signum, signal.SIG_IGN)
         close = getattr(run.harness.journal, "close", None)
         if close is not None:
             await close()

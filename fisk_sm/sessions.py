@@ -10,7 +10,6 @@ the fingerprint.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable
 
 from fisk_sm.config import AgentConfig
@@ -21,7 +20,7 @@ from fisk_sm.fold import fold
 from fisk_sm.harness import Harness
 from fisk_sm.llm import ModelClient
 from fisk_sm.prompter import Prompter
-from fisk_sm.records import FORMAT_VERSION, Meta
+from fisk_sm.records import Meta
 from fisk_sm.run import Run, new_run_id
 from fisk_sm.snapshot import RunData
 from fisk_sm.tools import Tool
@@ -71,9 +70,7 @@ def start_session(
     """Create a session in `store` (its meta record is durable on return) and its run."""
     harness = _harness(config, model, tools, events, should_suspend, prompter)
     run_id = run_id or new_run_id()
-    created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    meta = Meta(1, FORMAT_VERSION, run_id, created, fingerprint(harness), prompt)
-    harness.journal = store.create(meta)
+    harness.journal = store.create(Meta.new(run_id, fingerprint(harness), prompt))
     return Run(RunData.begin(run_id, prompt), harness, seq=1)
 
 

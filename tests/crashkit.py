@@ -1,11 +1,11 @@
-"""Run `fisk-sm` commands as real child processes, fast, for the crash-safety trials.
+"""Run `fisk-sm` commands as real child processes for the crash-safety trials.
 
-A fresh `python -m fisk_sm.cli` spends about 1.5 s of CPU importing the Anthropic SDK, and the
-trials start hundreds of processes. So by default a multiprocessing fork server imports fisk_sm
-and the SDK once, and every command is a fresh process forked from it that runs
-`fisk_sm.cli.main(argv)` with its own environment and output file: real signals, real exit
-codes, real files. Set FISK_CRASH_EXEC=1 to exec `python -m fisk_sm.cli` instead, exactly as a
-user runs it (several times slower).
+By default every command is `python -m fisk_sm.cli ...`, exactly as a user runs it. A fresh
+interpreter spends about 1.5 s of CPU importing the Anthropic SDK and the trials start hundreds
+of processes, so FISK_CRASH_FORK=1 offers a faster mode for local iteration: a multiprocessing
+fork server imports fisk_sm and the SDK once, and every command is a process forked from it that
+runs `fisk_sm.cli.main(argv)`. That mode is not the default because the fork server now and then
+reports exit code 255 (its "exit status unknown") for a child that exited 0.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from fisk_sm import cli
 
 __all__ = ["EXEC", "Command"]
 
-EXEC = os.environ.get("FISK_CRASH_EXEC") == "1"
+EXEC = os.environ.get("FISK_CRASH_FORK") != "1"
 _forks = multiprocessing.get_context("forkserver")
 _forks.set_forkserver_preload(["__main__", "anthropic", "fisk_sm.cli", __name__])
 

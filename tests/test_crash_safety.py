@@ -6,7 +6,7 @@ through the CLI until it completes. The side-effect file, the fake's request log
 then show what ran twice: after a SIGTERM nothing, after a SIGKILL at most the one tool the
 journal shows as interrupted (none under `crash_policy: fail`) and the one model call in flight.
 Each test prints where its signals landed (run with -s to see it). The processes come from
-crashkit (forked from a server that has the SDK imported; FISK_CRASH_EXEC=1 execs instead).
+crashkit: `python -m fisk_sm.cli` (FISK_CRASH_FORK=1: forked from a server with the SDK imported).
 """
 
 from __future__ import annotations
@@ -227,10 +227,10 @@ def report(name: str, trials: list[Trial], **counts: int) -> None:
 
 
 def shutdown_race(trial: Trial) -> bool:
-    """A fisk_sm race (reported): a SIGTERM after the run loop ended, while the interpreter
-    shuts down (~0.6 s under FISK_CRASH_EXEC=1), meets the default disposition and kills the
-    process (exit -15) though the run completed. We do not signal a run whose terminal record
-    we saw, so only a narrow window is left; tolerated only in that case."""
+    """A SIGTERM in the microsecond between the loop giving up its handler and "ignore" taking
+    over kills the process (exit -15) though the run completed (fisk-sm now ignores signals
+    once the run has ended; before that fix the window was the whole interpreter shutdown).
+    We do not signal a run whose terminal record we saw; tolerated only in that case."""
     return trial.exit_code == -signal.SIGTERM and trial.after.status == "completed"
 
 
