@@ -42,6 +42,7 @@ from fisk_sm.events import Event
 from fisk_sm.journal import MemoryJournal
 from fisk_sm.llm import ModelRequest, build_request
 from fisk_sm.run import Run, loop_machine
+from fisk_sm.snapshot import Usage
 from fisk_sm.tools import Tool, tool
 
 try:  # the optional `bench` extra
@@ -179,16 +180,7 @@ async def run_hand(config: AgentConfig, model: ScriptedModel) -> int:
             break
         iteration += 1
         reply = await model.create(build_request(llm, (), definitions, messages))
-        usage = reply.get("usage") or {}
-        tokens += sum(
-            usage.get(k) or 0
-            for k in (
-                "input_tokens",
-                "output_tokens",
-                "cache_read_input_tokens",
-                "cache_creation_input_tokens",
-            )
-        )
+        tokens += Usage.from_api(reply.get("usage")).total
         turn = {"role": "assistant", "content": reply.get("content") or []}
         stop_reason = reply.get("stop_reason")
         messages.append(turn)
@@ -239,16 +231,7 @@ def build_langgraph(config: AgentConfig) -> Callable[[ScriptedModel], Awaitable[
     async def call(state: State, config: RunnableConfig) -> dict[str, Any]:
         env = config["configurable"]
         reply = await env["model"].create(build_request(llm, (), definitions, state["messages"]))
-        usage = reply.get("usage") or {}
-        tokens = state["tokens"] + sum(
-            usage.get(k) or 0
-            for k in (
-                "input_tokens",
-                "output_tokens",
-                "cache_read_input_tokens",
-                "cache_creation_input_tokens",
-            )
-        )
+        tokens = state["tokens"] + Usage.from_api(reply.get("usage")).total
         turn = {"role": "assistant", "content": reply.get("content") or []}
         iteration = state["iteration"] + 1
         env["journal"].append({"type": "assistant", "iteration": iteration, "message": turn})

@@ -87,7 +87,7 @@ class Harness:
         tools: Iterable[Tool] = (),
         journal: Journal | None = None,
         events: Events | None = None,
-        should_suspend: Callable[[], bool] = _never,
+        should_suspend: Callable[[], bool] | None = None,
         prompter: Prompter | None = None,
     ) -> Harness:
         """Build from config: agent.yaml's tools, then `tools` given in code, then built-ins."""
@@ -125,7 +125,7 @@ class Harness:
             journal=journal if journal is not None else MemoryJournal(),
             events=events if events is not None else Recorder(),
             gate=gate,
-            should_suspend=should_suspend,
+            should_suspend=should_suspend or _never,
             system=tuple(system),
             context=tuple(context),
             tool_definitions=tuple(box.definitions),

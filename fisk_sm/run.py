@@ -90,7 +90,7 @@ class Run:
             tools=tools,
             journal=journal,
             events=events,
-            should_suspend=should_suspend or (lambda: False),
+            should_suspend=should_suspend,
             prompter=prompter,
         )
         return cls(RunData.begin(run_id or new_run_id(), prompt), harness)

@@ -33,10 +33,6 @@ RESUME_REMINDER = (
 )
 
 
-def _never() -> bool:
-    return False
-
-
 def _harness(
     config: AgentConfig,
     model: ModelClient | None,
@@ -50,7 +46,7 @@ def _harness(
         model=model,
         tools=tools,
         events=events,
-        should_suspend=should_suspend or _never,
+        should_suspend=should_suspend,
         prompter=prompter,
     )
 

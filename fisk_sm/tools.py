@@ -16,7 +16,7 @@ import json
 import re
 import sys
 import types
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
@@ -279,14 +279,10 @@ class ToolBox:
                 # A worker thread keeps the event loop free: signals, timeouts and the other
                 # runs of a supervisor go on while a blocking tool works.
                 value = await asyncio.to_thread(fn, **arguments)
-            if inspect.isawaitable(value):
-                value = await _awaited(value)
+            if inspect.isawaitable(value):  # a sync function that returned an awaitable
+                value = await value
         except ToolError as exc:
             return Outcome(str(exc), is_error=True)
         except Exception as exc:
             return Outcome(f"tool {name!r} failed: {type(exc).__name__}: {exc}", is_error=True)
         return Outcome(_render(value))
-
-
-async def _awaited(value: Awaitable[Any]) -> Any:
-    return await value
