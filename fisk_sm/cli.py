@@ -2,7 +2,8 @@
 
 Bad input never shows a traceback (unless `--debug`): it prints one line naming the file or field
 (a refused resume lists each change) and exits 2. A run exits 0 when it completed or was
-suspended, 1 when it ended otherwise, and 130 when a second signal aborted it.
+suspended, 1 when it ended otherwise, 74 when the disk failed it (the journal is intact up to its
+last record) and 130 when a second signal aborted it.
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ from pathlib import Path
 
 from fisk_sm.config import ConfigError
 from fisk_sm.diagram import FORMATS, DiagramError, render
+from fisk_sm.filestore import JournalIOError
 from fisk_sm.fingerprint import ResumeRefused
 from fisk_sm.infocmd import cmd_info
 from fisk_sm.journal import JournalError
-from fisk_sm.runcmd import DEFAULT_PROMPT, UsageError, cmd_run
+from fisk_sm.runcmd import DEFAULT_PROMPT, EXIT_IO, UsageError, cmd_run
+from fisk_sm.sanitize import say
 from fisk_sm.sessioncmd import cmd_session
 from fisk_sm.table import TableError, load_table
 from fisk_sm.testing import ScriptError, serve
@@ -150,8 +153,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return COMMANDS[args.command](args)
     except KeyboardInterrupt:
-        print("fisk-sm: interrupted", file=sys.stderr)
+        say("fisk-sm: interrupted")
         return 130
+    except (JournalIOError, OSError) as exc:  # the disk, not the input: a code of its own
+        if args.debug:
+            raise
+        say(f"fisk-sm: {exc}")
+        return EXIT_IO
     except (
         ConfigError,
         JournalError,
@@ -161,12 +169,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         TableError,
         DiagramError,
         UsageError,
-        OSError,
         ValueError,
     ) as exc:
         if args.debug:
             raise
-        print(f"fisk-sm: {exc}", file=sys.stderr)
+        say(f"fisk-sm: {exc}")
         return EXIT_USAGE
 
 

@@ -13,7 +13,7 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args, get_origin
 from urllib.parse import urlsplit
 
 import attrs
@@ -42,6 +42,8 @@ __all__ = [
 _IDENTITY_RE = re.compile(r"[a-zA-Z0-9_-]+")
 _TOOL_REF_RE = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 _CRASH_POLICIES = ("retry", "fail", "ask")
+#: The model providers this version can call.
+PROVIDERS = ("anthropic",)
 _ENV_BASE_URL = "ANTHROPIC_BASE_URL"
 
 
@@ -59,6 +61,11 @@ def _default_max_iterations(value: int) -> int:
 
 _non_negative = check(lambda v: "must not be negative" if v < 0 else None)
 _check_model = check(lambda v: None if v.strip() else "must not be empty")
+_check_provider = check(
+    lambda v: (
+        None if v in PROVIDERS else f"unknown provider {show(v)} (known: {', '.join(PROVIDERS)})"
+    )
+)
 _check_base_url_field = check(lambda v: None if v is None else check_base_url(v))
 _check_tool_ref = check(
     lambda v: None if _TOOL_REF_RE.fullmatch(v) else f"expected 'module:function', got {show(v)}"
@@ -99,7 +106,7 @@ class LLMConfig:
     """Which model to call, where, and within which limits."""
 
     model: str = attrs.field(validator=_check_model)
-    provider: str = "anthropic"
+    provider: str = attrs.field(default="anthropic", validator=_check_provider)
     base_url: str | None = attrs.field(default=None, validator=_check_base_url_field)
     budget: Budget = Budget()
     thinking: Thinking = Thinking()
@@ -233,6 +240,23 @@ def _make_converter() -> cattrs.Converter:
 
         return structure
 
+    def is_list_field(t: Any) -> bool:
+        return get_origin(t) is tuple and get_args(t)[-1:] == (Ellipsis,)
+
+    def list_hook(t: Any) -> Callable[[object, object], Any]:
+        item_type = get_args(t)[0]
+
+        def structure(value: object, _t: object) -> Any:
+            # A YAML scalar where a list belongs must not be iterated: 'ai:confirm' would
+            # become the tags 'a', 'i', ':', ... and the tool would escape the gate.
+            if not isinstance(value, list):
+                raise _Problem(f"expected a list, got {show(value)}")
+            return tuple(_structure_item(conv, i, item, item_type) for i, item in enumerate(value))
+
+        return structure
+
+    # Registered before the tools hook below, which then takes precedence for `tools`.
+    conv.register_structure_hook_factory(is_list_field, list_hook)
     tools_type = tuple[ToolSpec | ExecToolSpec, ...]
 
     def structure_tools(value: object, t: Any) -> Any:
@@ -243,6 +267,13 @@ def _make_converter() -> cattrs.Converter:
     conv.register_structure_hook_factory(attrs.has, class_hook)
     conv.register_structure_hook_func(lambda t: t == tools_type, structure_tools)
     return conv
+
+
+def _structure_item(conv: cattrs.Converter, index: int, item: object, item_type: Any) -> Any:
+    try:
+        return conv.structure(item, item_type)
+    except Exception as exc:
+        raise _translate(exc, f"[{index}]", "") from None
 
 
 def _structure_tool(conv: cattrs.Converter, index: int, item: object) -> ToolSpec | ExecToolSpec:

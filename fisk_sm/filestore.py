@@ -1,7 +1,10 @@
 """The file backend of sessions: one JSON Lines journal per session, locked while a run owns it.
 
 `<dir>/<id>.json` is the journal (0600), `<dir>/<id>.lock` its flock; the directory is 0700. `open`
-truncates a torn last line so the next append starts clean; a bad interior line is an error.
+truncates a torn last line so the next append starts clean, but only once the file is known to be
+readable by this version; a bad interior line is an error. Journals and locks are opened with
+`O_NOFOLLOW` and `O_NONBLOCK`, and anything but a regular file is refused, so a planted symlink or
+FIFO is never followed, written through or waited on.
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import fcntl
+import json
 import os
 import re
 from collections.abc import Iterator, Mapping
@@ -16,24 +20,40 @@ from pathlib import Path
 
 import attrs
 
+from fisk_sm.fold import FoldError, fold
 from fisk_sm.journal import JournalError, check_append
-from fisk_sm.records import Meta, Record, Terminal, decode, encode
+from fisk_sm.records import FORMAT_VERSION, Meta, Record, Terminal, decode, encode
+from fisk_sm.snapshot import Snapshot
+from fisk_sm.statedir import (
+    UnsafeFileError,
+    fsync_directory,
+    make_private_directory,
+    open_regular,
+    state_home,
+)
 
 __all__ = [
     "CorruptJournalError",
     "FileJournal",
     "FileStore",
     "InvalidIdError",
+    "JournalIOError",
     "SessionExistsError",
     "SessionInfo",
     "SessionLockedError",
     "SessionNotFoundError",
     "check_run_id",
     "default_directory",
+    "fold_journal",
 ]
 
 _ID = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_-]*")
 _MAX_ID = 128
+
+
+class JournalIOError(JournalError):
+    """The disk failed us (full, read-only, permissions): not bad input, and the journal is
+    intact up to its last durable record."""
 
 
 class InvalidIdError(JournalError):
@@ -73,12 +93,7 @@ def check_run_id(run_id: str) -> str:
 
 def default_directory(env: Mapping[str, str] | None = None) -> Path:
     """`$XDG_STATE_HOME/fisk-sm/runs` if set and absolute, else `~/.local/state/fisk-sm/runs`."""
-    env = os.environ if env is None else env
-    xdg = env.get("XDG_STATE_HOME", "")
-    if xdg and Path(xdg).is_absolute():
-        return Path(xdg) / "fisk-sm" / "runs"
-    home = Path(env["HOME"]) if env.get("HOME") else Path.home()
-    return home / ".local" / "state" / "fisk-sm" / "runs"
+    return state_home(env) / "runs"
 
 
 @attrs.frozen
@@ -87,10 +102,12 @@ class SessionInfo:
 
     run_id: str
     model: str
-    status: str  # "open" without a terminal record, else the last terminal reason
+    status: str  # "open" without a terminal record, else the last terminal reason; "damaged"
     updated: float  # the journal's mtime
     prompt: str
     records: int
+    #: Why a damaged session cannot be read (its status is "damaged"); empty otherwise.
+    problem: str = ""
 
 
 def _parse(path: Path, data: bytes) -> tuple[builtins.list[Record], int]:
@@ -100,6 +117,8 @@ def _parse(path: Path, data: bytes) -> tuple[builtins.list[Record], int]:
     """
     lines = data.split(b"\n")
     lines.pop()  # the text after the last newline, if any: a write cut short, dropped
+    if lines:
+        _check_version(path, lines[0])
     records: list[Record] = []
     end = 0
     for number, line in enumerate(lines, start=1):
@@ -120,6 +139,34 @@ def _parse(path: Path, data: bytes) -> tuple[builtins.list[Record], int]:
     return records, end
 
 
+def _check_version(path: Path, first: bytes) -> None:
+    """Refuse a journal of another format version before anything else reads (or cuts) it."""
+    try:
+        version = json.loads(first).get("version")
+    except (ValueError, AttributeError):
+        return  # not a meta line at all: decoding reports it
+    if isinstance(version, int) and version != FORMAT_VERSION:
+        raise CorruptJournalError(
+            f"{path}: journal format version {version} (this fisk-sm reads {FORMAT_VERSION});"
+            " the file was left unchanged"
+        )
+
+
+def fold_journal(path: Path, records: builtins.list[Record]) -> Snapshot:
+    """`fold`, with a refusal naming the journal's file."""
+    try:
+        return fold(records)
+    except FoldError as exc:
+        raise CorruptJournalError(f"{path}: {exc}") from None
+
+
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    while chunk := os.read(fd, 1 << 20):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 def _not_found(run_id: str, path: Path) -> SessionNotFoundError:
     return SessionNotFoundError(f"session '{run_id}' not found: {path}")
 
@@ -133,16 +180,10 @@ def _errors(path: Path, run_id: str = "") -> Iterator[None]:
         if run_id:
             raise _not_found(run_id, path) from None
         raise JournalError(f"{path}: {_one_line(exc)}") from exc
+    except UnsafeFileError as exc:  # a planted file: bad input, not a failing disk
+        raise JournalError(f"{path}: {exc.strerror}") from None
     except OSError as exc:
-        raise JournalError(f"{path}: {_one_line(exc)}") from exc
-
-
-def _fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        raise JournalIOError(f"{path}: {_one_line(exc.strerror or exc)}") from exc
 
 
 @attrs.define(eq=False)
@@ -187,8 +228,8 @@ class FileJournal:
             os.fsync(self._fd)
         except OSError as exc:
             self._broken = True
-            raise JournalError(
-                f"{self.path}: append of seq {record.seq} failed: {_one_line(exc)}"
+            raise JournalIOError(
+                f"{self.path}: append of seq {record.seq} failed: {_one_line(exc.strerror or exc)}"
             ) from exc
         self._last_seq = record.seq
 
@@ -232,21 +273,18 @@ class FileStore:
         return self.directory / f"{check_run_id(run_id)}.lock"
 
     def ensure_directory(self) -> None:
-        """Create the directory (mode 0700) and its missing parents; an existing one is kept."""
-        if not self.directory.is_dir():
-            self.directory.parent.mkdir(parents=True, exist_ok=True)
-            self.directory.mkdir(mode=0o700, exist_ok=True)
-            self.directory.chmod(0o700)  # mkdir's mode is masked by the umask
+        """Create the directory and its missing parents (mode 0700); an existing one is kept."""
+        make_private_directory(self.directory)
 
     def _lock(self, run_id: str) -> int:
         """Take the session's lock without blocking; the lock fd, or `SessionLockedError`."""
         lock_path = self.lock_path(run_id)
         with _errors(lock_path):
-            fd = os.open(lock_path, os.O_RDONLY | os.O_CREAT, 0o600)
+            fd = open_regular(lock_path, os.O_RDONLY | os.O_CREAT)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             # A delete may have unlinked the lock file between our open and flock.
-            if not lock_path.exists() or lock_path.stat().st_ino != os.fstat(fd).st_ino:
+            if not os.path.lexists(lock_path) or lock_path.lstat().st_ino != os.fstat(fd).st_ino:
                 raise SessionLockedError(f"session '{run_id}' is being deleted")
         except BlockingIOError:
             os.close(fd)
@@ -262,14 +300,14 @@ class FileStore:
         if meta.seq != 1:
             raise ValueError(f"session '{run_id}': meta must have seq 1, got {meta.seq}")
         path = self.path(run_id)
-        if path.exists():
+        if os.path.lexists(path):
             raise SessionExistsError(f"session '{run_id}' already exists: {path}")
         with _errors(path), contextlib.ExitStack() as undo:
             self.ensure_directory()
             lock_fd = self._lock(run_id)
             undo.callback(os.close, lock_fd)
             try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
+                fd = open_regular(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND)
             except FileExistsError:
                 raise SessionExistsError(f"session '{run_id}' already exists: {path}") from None
             undo.callback(os.close, fd)
@@ -277,7 +315,7 @@ class FileStore:
             os.fchmod(fd, 0o600)  # the umask may have taken bits off
             journal = FileJournal(path, fd, lock_fd, [meta])
             journal.append_sync(meta)
-            _fsync_directory(self.directory)  # make the new file's directory entry durable
+            fsync_directory(self.directory)  # make the new file's directory entry durable
             undo.pop_all()
         return journal
 
@@ -287,15 +325,15 @@ class FileStore:
         A corrupt journal raises `CorruptJournalError` with the file unchanged and the lock freed.
         """
         path = self.path(run_id)
-        if not path.exists():
+        if not os.path.lexists(path):
             raise _not_found(run_id, path)
         with _errors(path, run_id), contextlib.ExitStack() as undo:
             lock_fd = self._lock(run_id)
             undo.callback(os.close, lock_fd)
-            fd = os.open(path, os.O_RDWR | os.O_APPEND)
+            fd = open_regular(path, os.O_RDWR | os.O_APPEND)
             undo.callback(os.close, fd)
-            data = path.read_bytes()  # under the lock: no writer but us
-            records, end = _parse(path, data)
+            data = _read_all(fd)  # under the lock: no writer but us
+            records, end = _parse(path, data)  # refuses before a byte is cut
             if end < len(data):
                 os.ftruncate(fd, end)
                 os.fsync(fd)
@@ -306,13 +344,21 @@ class FileStore:
         """Read session `run_id` without locking or changing it (a torn last line is dropped)."""
         path = self.path(run_id)
         with _errors(path, run_id):
-            data = path.read_bytes()
+            fd = open_regular(path, os.O_RDONLY)
+            try:
+                data = _read_all(fd)
+            finally:
+                os.close(fd)
         return _parse(path, data)[0]
+
+    def snapshot(self, run_id: str) -> Snapshot:
+        """The folded state of session `run_id` (read without locking or changing it)."""
+        return fold_journal(self.path(run_id), self.load(run_id))
 
     def delete(self, run_id: str) -> None:
         """Remove the session's journal and lock file; refused while another run holds it."""
         path = self.path(run_id)
-        if not path.exists():
+        if not os.path.lexists(path):
             raise _not_found(run_id, path)
         lock_fd = self._lock(run_id)
         try:
@@ -341,25 +387,31 @@ class FileStore:
                 raise
 
     def list(self) -> builtins.list[SessionInfo]:
-        """Every readable session, newest first; corrupt or unreadable journals are skipped."""
+        """Every session, newest first; one that cannot be read is listed as damaged, with why.
+
+        A planted file (a FIFO, a symlink) or a corrupt journal never stops the listing.
+        """
         try:
             paths = builtins.list(self.directory.glob("*.json"))
         except OSError:
             return []
-        infos = []
-        for path in paths:
-            try:
-                updated = path.stat().st_mtime
-                records = self.load(path.stem)
-            except (OSError, JournalError):  # an invalid id, unreadable or corrupt
-                continue
-            if not records:
-                continue
-            meta = records[0]
-            assert isinstance(meta, Meta)
-            ends = [r.reason for r in records if isinstance(r, Terminal)]
-            model = str(meta.fingerprint.get("model", ""))
-            status = ends[-1] if ends else "open"
-            infos.append(SessionInfo(path.stem, model, status, updated, meta.prompt, len(records)))
+        infos = [self._info(path) for path in paths]
         infos.sort(key=lambda info: (-info.updated, info.run_id))
         return infos
+
+    def _info(self, path: Path) -> SessionInfo:
+        try:
+            updated = path.lstat().st_mtime
+        except OSError:
+            updated = 0.0
+        try:
+            records = self.load(path.stem)
+        except (OSError, JournalError) as exc:  # an invalid id, a planted file, corrupt
+            reason = _one_line(exc).removeprefix(f"{path}: ")
+            return SessionInfo(path.stem, "", "damaged", updated, "", 0, reason)
+        meta = records[0]
+        assert isinstance(meta, Meta)  # _parse guarantees it
+        ends = [r.reason for r in records if isinstance(r, Terminal)]
+        model = str(meta.fingerprint.get("model", ""))
+        status = ends[-1] if ends else "open"
+        return SessionInfo(path.stem, model, status, updated, meta.prompt, len(records))

@@ -20,9 +20,8 @@ from fisk_sm.prompter import (
     PromptCancelled,
     Prompter,
     PromptError,
-    sanitize,
-    strip_control,
 )
+from fisk_sm.sanitize import sanitize, strip_control
 from fisk_sm.tools import Outcome, Tool
 
 __all__ = ["CONFIRM_TAG", "Gate"]

@@ -17,7 +17,7 @@ from typing import Any
 
 import attrs
 
-from fisk_sm.config import AgentConfig, ToolSpec
+from fisk_sm.config import AgentConfig, ConfigError, ToolSpec
 from fisk_sm.events import Events, Recorder
 from fisk_sm.exectool import exec_tool
 from fisk_sm.gate import Gate
@@ -32,7 +32,7 @@ from fisk_sm.memory import (
     memory_tools,
 )
 from fisk_sm.prompter import NoOperator, Prompter
-from fisk_sm.tools import Tool, ToolBox, load_tool
+from fisk_sm.tools import Tool, ToolBox, ToolLoadError, load_tool
 
 __all__ = ["Harness", "configured_tools"]
 
@@ -46,11 +46,20 @@ def _text(text: str) -> dict[str, Any]:
 
 
 def configured_tools(config: AgentConfig) -> list[Tool]:
-    """The tools agent.yaml declares, in order: Python functions and exec commands."""
+    """The tools agent.yaml declares, in order: Python functions and exec commands.
+
+    A Python tool that cannot be imported (a syntax error, an exception or `sys.exit` at import,
+    a missing module or function) is a `ConfigError` naming agent.yaml and `tools[N]`.
+    """
     tools = []
-    for spec in config.tools:
+    for index, spec in enumerate(config.tools):
         if isinstance(spec, ToolSpec):
-            tools.append(load_tool(spec.python, config.base_dir, spec.crash_policy, spec.tags))
+            try:
+                loaded = load_tool(spec.python, config.base_dir, spec.crash_policy, spec.tags)
+            except ToolLoadError as exc:
+                source = str(config.path) if config.path is not None else "<config>"
+                raise ConfigError(source, f"tools[{index}].python", str(exc)) from None
+            tools.append(loaded)
         else:
             tools.append(exec_tool(spec, work_dir=config.work_dir))
     return tools

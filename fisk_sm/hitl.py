@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from fisk_sm.prompter import Prompter, PromptError, sanitize
+from fisk_sm.prompter import Prompter, PromptError
+from fisk_sm.sanitize import sanitize
 from fisk_sm.tools import Tool, ToolError
 
 __all__ = ["HITL_NOTE", "MAX_OPTIONS", "hitl_tools"]

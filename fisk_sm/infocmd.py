@@ -7,6 +7,7 @@ tags, gated or not), the tools the selection leaves out, and the session and mem
 from __future__ import annotations
 
 import argparse
+import io
 import sys
 from typing import TextIO
 
@@ -15,6 +16,7 @@ from fisk_sm.gate import Gate
 from fisk_sm.harness import Harness, configured_tools, memory_store
 from fisk_sm.prompter import NoOperator
 from fisk_sm.runcmd import store_for
+from fisk_sm.sanitize import strip_control
 
 __all__ = ["cmd_info", "describe"]
 
@@ -89,5 +91,9 @@ class _NoModel:
 
 def cmd_info(args: argparse.Namespace) -> int:
     """`fisk-sm info -c agent.yaml`."""
-    describe(load_config(args.config), sys.stdout)
+    text = io.StringIO()
+    describe(load_config(args.config), text)
+    # Descriptions and tags may come from tool modules or remote hosts: strip what a terminal
+    # would act on.
+    sys.stdout.write(strip_control(text.getvalue()))
     return 0

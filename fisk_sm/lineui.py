@@ -4,6 +4,10 @@ Tool calls show as `-> name {args}` and their results as `<- ...`; with `trace` 
 entry is shown too. The summary at the end names the model, the call and tool counts, the tokens
 by tier and the latency. Only a completed run's answer goes to stdout, so `fisk-sm run ... >
 answer.txt` captures exactly the answer.
+
+Everything shown here may come from the model, the API or a journal, so every line on stderr
+passes through the one sanitizer, and so does the answer when stdout is a terminal (a file or a
+pipe gets it byte-exact).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from fisk_sm.events import (
     ToolFinished,
     Warning,
 )
-from fisk_sm.prompter import strip_control
+from fisk_sm.sanitize import for_terminal, say, strip_control
 
 __all__ = ["LineUI", "transcript_lines"]
 
@@ -43,16 +47,17 @@ def _block_line(role: str, block: dict[str, Any]) -> str:
     if kind == "text":
         return f"{role}: {_preview(block.get('text', ''))}"
     if kind == "tool_use":
-        return f"-> {block.get('name')} {json.dumps(block.get('input'), ensure_ascii=False)}"
+        args = _preview(json.dumps(block.get("input"), ensure_ascii=False))
+        return f"-> {_preview(str(block.get('name')))} {args}"
     if kind == "tool_result":
         content = block.get("content", "")
         text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
         return f"{'<- error:' if block.get('is_error') else '<-'} {_preview(text)}"
-    return f"{role}: [{kind}]"
+    return f"{role}: [{_preview(str(kind))}]"
 
 
 def transcript_lines(messages: Iterable[dict[str, Any]]) -> list[str]:
-    """A conversation as the lines the line UI shows for it."""
+    """A conversation as the lines the line UI shows for it, each safe for a terminal."""
     lines = []
     for message in messages:
         role, content = message["role"], message["content"]
@@ -60,7 +65,7 @@ def transcript_lines(messages: Iterable[dict[str, Any]]) -> list[str]:
             lines.append(f"{role}: {_preview(content)}")
         else:
             lines += [_block_line(role, block) for block in content]
-    return lines
+    return [strip_control(line) for line in lines]
 
 
 def _self_rendered(name: str, verbose: bool) -> bool:
@@ -76,8 +81,7 @@ class LineUI:
     trace: bool = False
 
     def _say(self, text: str) -> None:
-        self.err.write(text + "\n")
-        self.err.flush()
+        say(text, self.err)  # whatever a line is made of, no control sequence gets out
 
     def emit(self, event: Event) -> None:
         """Draw one event."""
@@ -110,7 +114,7 @@ class LineUI:
 
     def _ended(self, e: RunEnded) -> None:
         if e.state == "completed":
-            self.out.write(e.answer.rstrip("\n") + "\n")
+            self.out.write(for_terminal(e.answer.rstrip("\n"), self.out) + "\n")
             self.out.flush()
         elif e.message:
             self._say(f"{e.state}: {e.message}")

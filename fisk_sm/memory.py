@@ -19,17 +19,22 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import errno
 import os
 import re
 import secrets
-import stat
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import attrs
 
+from fisk_sm.statedir import (
+    UnsafeFileError,
+    fsync_directory,
+    make_private_directory,
+    open_regular,
+    state_home,
+)
 from fisk_sm.tools import Tool, ToolError
 
 __all__ = [
@@ -167,19 +172,13 @@ class MemoryStore:
     def read(self, key: str) -> MemoryEntry | None:
         """The memory under `key`, or None if there is none; a bad file is a `MemoryFileError`."""
         path = self.path(key)
-        # O_NONBLOCK: opening a FIFO planted under a key's name must not hang the run.
-        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-        try:
-            fd = os.open(path, flags)
+        try:  # a symlink or a FIFO planted under a key's name is refused, never waited on
+            fd = open_regular(path, os.O_RDONLY)
         except FileNotFoundError:
             return None
-        except OSError as exc:
-            if exc.errno in (errno.ELOOP, errno.EMLINK):  # EMLINK: O_NOFOLLOW on the BSDs
-                raise MemoryFileError(f"{path}: a symlink; refusing to follow it") from None
-            raise
+        except UnsafeFileError as exc:
+            raise MemoryFileError(f"{path}: {exc.strerror}") from None
         with os.fdopen(fd, "rb") as file:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise MemoryFileError(f"{path}: not a regular file")
             data = file.read(_MAX_FILE_BYTES + 1)
         parsed = _parse(data) if len(data) <= _MAX_FILE_BYTES else None
         if parsed is None:
@@ -249,12 +248,7 @@ class MemoryStore:
         return sorted(n[:-3] for n in names if n.endswith(".md") and not _key_problem(n[:-3]))
 
     def _ensure_directory(self) -> None:
-        if self.directory.is_dir():
-            return
-        self.directory.parent.mkdir(parents=True, exist_ok=True)
-        with contextlib.suppress(FileExistsError):  # a racing writer made it: fine
-            self.directory.mkdir(mode=0o700)
-            self.directory.chmod(0o700)  # whatever the umask
+        make_private_directory(self.directory)
 
     def _write_temp(self, key: str, data: bytes) -> Path:
         """A fsynced 0600 temp file holding `data`, beside the key's file (same filesystem).
@@ -276,11 +270,7 @@ class MemoryStore:
         return temp
 
     def _fsync_directory(self) -> None:
-        fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_directory(self.directory)
 
 
 MEMORY_NOTE = (
@@ -306,12 +296,7 @@ def default_memory_directory(identity: str, env: Mapping[str, str] | None = None
     """`$XDG_STATE_HOME/fisk-sm/memory/<identity>` if set and absolute, else under `~/.local`."""
     if _IDENTITY.fullmatch(identity) is None:
         raise ValueError(f"invalid identity {identity!r}: must match ^[a-zA-Z0-9_-]+$")
-    env = os.environ if env is None else env
-    xdg = env.get("XDG_STATE_HOME", "")
-    if xdg and Path(xdg).is_absolute():
-        return Path(xdg) / "fisk-sm" / "memory" / identity
-    home = Path(env["HOME"]) if env.get("HOME") else Path.home()
-    return home / ".local" / "state" / "fisk-sm" / "memory" / identity
+    return state_home(env) / "memory" / identity
 
 
 @contextlib.contextmanager

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import re
 import sys
 from collections.abc import Sequence
 from typing import Any, Protocol, TextIO
 
 import attrs
+
+from fisk_sm.sanitize import is_terminal, sanitize, strip_control
 
 __all__ = [
     "Approval",
@@ -26,32 +27,7 @@ __all__ = [
     "Prompter",
     "ScriptedPrompter",
     "TerminalPrompter",
-    "sanitize",
-    "strip_control",
 ]
-
-# Order matters: a string sequence (OSC, DCS, SOS, PM, APC) goes whole with its payload only when
-# it is terminated; an unterminated one loses just its introducer, so it cannot swallow the rest
-# of the line out of the operator's sight. Whatever is left of C0 (but \t and \n), DEL and C1 goes
-# last, so no control character of any kind survives.
-_CONTROL = re.compile(
-    r"(?:\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f])[^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)"  # strings
-    r"|(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]"  # CSI
-    r"|\x1b[ -/]*[0-~]"  # other escape sequences
-    r"|[\x00-\x08\x0b-\x1f\x7f-\x9f]"  # C0 (but \t, \n), DEL, C1
-    r"|[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]"  # bidi controls that reorder text
-)
-
-
-def strip_control(text: str) -> str:
-    """`text` without terminal control sequences and control characters (keeps `\\n`, `\\t`)."""
-    return _CONTROL.sub("", text)
-
-
-def sanitize(text: str, limit: int = 500) -> str:
-    """`text` as one safe line: controls stripped, whitespace collapsed, at most `limit` runes."""
-    flat = " ".join(strip_control(text).split())
-    return flat if len(flat) <= limit else flat[: max(limit - 1, 0)] + "…"
 
 
 class Approval(enum.Enum):
@@ -187,13 +163,6 @@ class ScriptedPrompter:
         return answer
 
 
-def _isatty(stream: Any) -> bool:
-    try:
-        return stream is not None and bool(stream.isatty())
-    except (AttributeError, ValueError):  # no isatty, or a closed stream
-        return False
-
-
 class TerminalPrompter:
     """Asks on the terminal: prompts on `stream_out` (stderr), answers from `stream_in` (stdin).
 
@@ -207,7 +176,7 @@ class TerminalPrompter:
 
     @property
     def available(self) -> bool:
-        return _isatty(self.stream_in) and _isatty(self.stream_out)
+        return is_terminal(self.stream_in) and is_terminal(self.stream_out)
 
     async def _read(self, prompt: str) -> str:
         # `prompt` is assembled only from sanitized pieces; strip once more as a last line of

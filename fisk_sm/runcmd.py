@@ -18,19 +18,22 @@ from typing import Any, TextIO
 
 from fisk_sm.config import AgentConfig, load_config
 from fisk_sm.events import Events, Fanout
-from fisk_sm.filestore import FileStore, default_directory
+from fisk_sm.filestore import FileStore, JournalIOError, check_run_id, default_directory
 from fisk_sm.harness import Harness
 from fisk_sm.lineui import LineUI
 from fisk_sm.logevents import JsonLinesEvents
 from fisk_sm.prompter import TerminalPrompter
 from fisk_sm.run import Run
+from fisk_sm.sanitize import say
 from fisk_sm.sessions import resume_session, start_session
 from fisk_sm.tools import Tool
 
-__all__ = ["UsageError", "cmd_run", "store_for"]
+__all__ = ["EXIT_ABORTED", "EXIT_IO", "UsageError", "cmd_run", "store_for"]
 
 DEFAULT_PROMPT = "assist the user"
 EXIT_ABORTED = 130
+#: An I/O failure (a full disk, a read-only state dir), as in sysexits.h.
+EXIT_IO = 74
 
 
 class UsageError(Exception):
@@ -50,8 +53,10 @@ def _check_flags(args: argparse.Namespace) -> None:
         raise UsageError(
             "--resume and --checkpoint cannot be combined (a resumed run is journaled)"
         )
-    if args.name and not args.checkpoint:
+    if args.name is not None and not args.checkpoint:
         raise UsageError("--name needs --checkpoint")
+    if args.name is not None:
+        check_run_id(args.name)  # an empty or bad name is refused, never replaced
     if args.force and not args.resume:
         raise UsageError("--force needs --resume")
     if args.state_dir and not (args.checkpoint or args.resume):
@@ -65,7 +70,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     stream: TextIO | None = None
     sinks: list[Events] = [LineUI(trace=args.trace)]
     if args.events:
-        stream = args.events.open("a", encoding="utf-8")
+        # The events hold the whole conversation: 0600 whatever the umask.
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
+        stream = os.fdopen(os.open(args.events, flags, 0o600), "a", encoding="utf-8")
         sinks.append(JsonLinesEvents(stream))
     early = _EarlySignals(journaled=bool(args.resume or args.checkpoint))
     try:
@@ -131,7 +138,7 @@ async def _main(
 
 
 def _say(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
+    say(text)
 
 
 async def _drive(run: Run, args: argparse.Namespace, *, journaled: bool, signals: int) -> int:
@@ -153,6 +160,13 @@ async def _drive(run: Run, args: argparse.Namespace, *, journaled: bool, signals
         loop.add_signal_handler(signum, on_signal)
     try:
         state = await task
+    except JournalIOError as exc:
+        _say(f"fisk-sm: {exc}")
+        _say(
+            f"the journal is intact up to seq {run.harness.journal.last_seq};"
+            f" once the disk is fixed, {_resume_hint(run, args)}"
+        )
+        return EXIT_IO
     except asyncio.CancelledError:
         _say("aborted; every completed step is in the journal" if journaled else "aborted")
         if journaled:

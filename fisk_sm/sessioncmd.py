@@ -8,9 +8,9 @@ import sys
 import time
 
 from fisk_sm.config import load_config
-from fisk_sm.fold import fold
 from fisk_sm.lineui import transcript_lines
 from fisk_sm.runcmd import store_for
+from fisk_sm.sanitize import sanitize, say, strip_control
 
 __all__ = ["cmd_session"]
 
@@ -30,6 +30,7 @@ def cmd_session(args: argparse.Namespace) -> int:
                     "status": s.status,
                     "updated": s.updated,
                     "prompt": s.prompt,
+                    "problem": s.problem,
                 }
                 for s in sessions
             ]
@@ -38,25 +39,32 @@ def cmd_session(args: argparse.Namespace) -> int:
         out.write(f"{'ID':<32} {'MODEL':<24} {'STATUS':<20} {'UPDATED':<20} PROMPT\n")
         for s in sessions:
             updated = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s.updated))
-            prompt = " ".join(s.prompt.split())[:50]
-            out.write(f"{s.run_id:<32} {s.model:<24} {s.status:<20} {updated:<20} {prompt}\n")
+            if s.problem:  # a damaged session: say why in place of its prompt
+                updated, prompt = "-", sanitize(s.problem, 200)
+            else:
+                prompt = sanitize(s.prompt, 50)
+            cells = (sanitize(s.run_id, 200), sanitize(s.model, 24), s.status)
+            out.write(f"{cells[0]:<32} {cells[1]:<24} {cells[2]:<20} {updated:<20} {prompt}\n")
         return 0
     if args.session_command == "show":
-        snap = fold(store.load(args.id))
+        snap = store.snapshot(args.id)
         u = snap.usage
+        # Everything here was read from a journal: no control sequence reaches the terminal.
         out.write(
-            f"session:        {snap.run_id}\n"
-            f"status:         {snap.status}{f' ({snap.outcome})' if snap.outcome else ''}\n"
-            f"model:          {snap.fingerprint.get('model', '')}\n"
-            f"created:        {snap.created}\n"
-            f"next iteration: {snap.iteration}\n"
-            f"resumes in:     {snap.state}\n"
-            f"llm calls:      {snap.llm_calls}\n"
-            f"tool calls:     {snap.tool_calls}\n"
-            f"tokens:         in {u.input_tokens} out {u.output_tokens}"
-            f" cache read {u.cache_read_tokens} cache create {u.cache_create_tokens}\n"
-            f"records:        {snap.seq}\n"
-            f"prompt:         {snap.prompt}\n"
+            strip_control(
+                f"session:        {snap.run_id}\n"
+                f"status:         {snap.status}{f' ({snap.outcome})' if snap.outcome else ''}\n"
+                f"model:          {snap.fingerprint.get('model', '')}\n"
+                f"created:        {snap.created}\n"
+                f"next iteration: {snap.iteration}\n"
+                f"resumes in:     {snap.state}\n"
+                f"llm calls:      {snap.llm_calls}\n"
+                f"tool calls:     {snap.tool_calls}\n"
+                f"tokens:         in {u.input_tokens} out {u.output_tokens}"
+                f" cache read {u.cache_read_tokens} cache create {u.cache_create_tokens}\n"
+                f"records:        {snap.seq}\n"
+                f"prompt:         {sanitize(snap.prompt, 2000)}\n"
+            )
         )
         if args.transcript:
             out.write("transcript:\n")
@@ -64,8 +72,8 @@ def cmd_session(args: argparse.Namespace) -> int:
         return 0
     if args.session_command == "rm":
         store.delete(args.id)
-        print(f"removed {args.id}", file=sys.stderr)
+        say(f"removed {args.id}")
         return 0
     store.fork(args.id, args.at, args.name)
-    print(f"forked {args.id} at seq {args.at} as {args.name}", file=sys.stderr)
+    say(f"forked {args.id} at seq {args.at} as {args.name}")
     return 0

@@ -14,9 +14,8 @@ from collections.abc import Callable, Iterable
 
 from fisk_sm.config import AgentConfig
 from fisk_sm.events import Events, RunResumed
-from fisk_sm.filestore import FileStore
+from fisk_sm.filestore import FileStore, fold_journal
 from fisk_sm.fingerprint import check_resume, fingerprint
-from fisk_sm.fold import fold
 from fisk_sm.harness import Harness
 from fisk_sm.llm import ModelClient
 from fisk_sm.prompter import Prompter
@@ -90,7 +89,7 @@ def resume_session(
     harness = _harness(config, model, tools, events, should_suspend, prompter)
     journal = store.open(run_id)
     try:
-        snapshot = fold(journal.records)
+        snapshot = fold_journal(journal.path, journal.records)
         check_resume(
             run_id,
             snapshot.fingerprint,

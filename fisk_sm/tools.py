@@ -190,6 +190,9 @@ def tool(
     return wrap(fn) if fn is not None else wrap
 
 
+_MISSING = object()
+
+
 def load_tool(
     ref: str, base_dir: Path, crash_policy: str = "retry", tags: Sequence[str] = ()
 ) -> Tool:
@@ -197,9 +200,21 @@ def load_tool(
     module_name, _, attr = ref.partition(":")
     try:
         module = _import(module_name, base_dir)
-        obj = getattr(module, attr)
-    except (ImportError, AttributeError) as exc:
-        raise ToolLoadError(f"cannot load tool {ref!r}: {exc}") from None
+    except SystemExit as exc:  # the module's own code ran and asked to exit
+        raise ToolLoadError(
+            f"cannot import {module_name!r}: it called sys.exit({exc.code!r})"
+        ) from None
+    except SyntaxError as exc:
+        raise ToolLoadError(f"cannot import {module_name!r}: SyntaxError: {exc}") from None
+    except ModuleNotFoundError as exc:
+        raise ToolLoadError(f"cannot import {module_name!r}: {exc}") from None
+    except Exception as exc:  # whatever the module's top level raised
+        raise ToolLoadError(
+            f"cannot import {module_name!r}: {type(exc).__name__} at import: {exc}"
+        ) from None
+    obj = getattr(module, attr, _MISSING)
+    if obj is _MISSING:
+        raise ToolLoadError(f"cannot load tool {ref!r}: {module_name!r} has no {attr!r}")
     if isinstance(obj, Tool):
         return attrs.evolve(obj, crash_policy=crash_policy, tags=(*obj.tags, *tags))
     if not callable(obj):

@@ -56,7 +56,7 @@ def write_agent(tmp_path: Path, body: str) -> Path:
         ("llm: {model: m, budget: {call_timeout: soon}}\n", "llm.budget.call_timeout: invalid"),
         ("llm: {model: m, base_url: 'http://example.com'}\n", "llm.base_url:"),
         ("llm: {model: m, base_url: 'http://localhost.evil.com'}\n", "llm.base_url:"),
-        ("llm: {model: m}\ntools: [{python: 'nosuchmodule:f'}]\n", "cannot load tool"),
+        ("llm: {model: m}\ntools: [{python: 'nosuchmodule:f'}]\n", "tools[0].python: cannot"),
     ],
 )
 def test_config_errors_print_one_line_naming_the_field_and_exit_2(

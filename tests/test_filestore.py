@@ -179,7 +179,9 @@ def test_interior_garbage_is_corrupt_and_untouched(
         assert store.path("abc").read_bytes() == body
     with pytest.raises(CorruptJournalError, match=f"line {line}"):
         store.load("abc")
-    assert store.list() == []
+    [damaged] = store.list()  # listed as damaged, with the reason, never hidden
+    assert (damaged.run_id, damaged.status) == ("abc", "damaged")
+    assert damaged.problem.startswith(f"line {line}: ") and why in damaged.problem
 
 
 @pytest.mark.parametrize("bad", ["../x", "", "a" * 129, "-x", "a/b", "abc\n", ".x", "a b"])
@@ -314,16 +316,19 @@ def test_list_newest_first(store: FileStore) -> None:
     (store.directory / "bad id.json").write_bytes(lines(meta("bad id")))
     for run_id, mtime in [("old", 1000), ("done", 2000), ("new", 3000), ("broken", 4000)]:
         os.utime(store.path(run_id), (mtime, mtime))
+    os.utime(store.directory / "bad id.json", (500, 500))
     infos = store.list()
-    assert [i.run_id for i in infos] == ["new", "done", "old"]
-    assert [i.status for i in infos] == ["open", "completed", "open"]
-    assert [i.records for i in infos] == [1, 3, 2]
-    assert infos[1].model == "m2"
-    assert infos[1].prompt == "finish it"
-    assert infos[1].updated == 2000
+    assert [i.run_id for i in infos] == ["broken", "new", "done", "old", "bad id"]
+    assert [i.status for i in infos] == ["damaged", "open", "completed", "open", "damaged"]
+    assert [i.records for i in infos] == [0, 1, 3, 2, 0]
+    assert infos[0].problem.startswith("line 2: malformed record")
+    assert "invalid session id 'bad id'" in infos[4].problem
+    assert infos[2].model == "m2"
+    assert infos[2].prompt == "finish it"
+    assert infos[2].updated == 2000
     for run_id, mtime in [("old", 3000), ("done", 2000), ("new", 1000)]:  # the reverse order
         os.utime(store.path(run_id), (mtime, mtime))
-    assert [i.run_id for i in store.list()] == ["old", "done", "new"]
+    assert [i.run_id for i in store.list() if not i.problem] == ["old", "done", "new"]
 
 
 def test_fork(store: FileStore) -> None:

@@ -19,9 +19,8 @@ from fisk_sm.prompter import (
     PromptError,
     ScriptedPrompter,
     TerminalPrompter,
-    sanitize,
-    strip_control,
 )
+from fisk_sm.sanitize import sanitize, strip_control
 from fisk_sm.tools import Outcome, Tool
 
 NO_OPERATOR = "no interactive terminal is attached, so no operator could be asked"

@@ -113,10 +113,12 @@ async def test_resume_gate_refusals(api: FakeMessagesAPI, tmp_path: Path) -> Non
     await run.harness.journal.close()
     with pytest.raises(ResumeRefused, match="tool set: changed"):
         resume_session(config, "gate", store, tools=[other_note])
-    moved = attrs.evolve(config, llm=attrs.evolve(config.llm, provider="other"))
-    with pytest.raises(ResumeRefused, match=r'provider "anthropic".*"other".*--force does not'):
-        resume_session(moved, "gate", store, tools=[note], force=True)
+    # Only one provider can be configured, so the journal is the one that names another.
     journal_bytes = store.path("gate").read_bytes()
+    store.path("gate").write_bytes(journal_bytes.replace(b'"anthropic"', b'"other"', 1))
+    with pytest.raises(ResumeRefused, match=r'provider "other".*"anthropic".*--force does not'):
+        resume_session(config, "gate", store, tools=[note], force=True)
+    store.path("gate").write_bytes(journal_bytes)
     run = resume_session(config, "gate", store, tools=[note])
     assert await run.run() == "completed"
     await run.harness.journal.close()
