@@ -62,9 +62,7 @@ def _default_max_iterations(value: int) -> int:
 _non_negative = check(lambda v: "must not be negative" if v < 0 else None)
 _check_model = check(lambda v: None if v.strip() else "must not be empty")
 _check_provider = check(
-    lambda v: (
-        None if v in PROVIDERS else f"unknown provider {show(v)} (known: {', '.join(PROVIDERS)})"
-    )
+    lambda v: None if v in PROVIDERS else f"must be one of {', '.join(PROVIDERS)}, got {show(v)}"
 )
 _check_base_url_field = check(lambda v: None if v is None else check_base_url(v))
 _check_tool_ref = check(
