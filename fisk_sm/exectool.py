@@ -2,9 +2,10 @@
 
 A declaration names a command whose elements may hold ``{placeholder}`` references to typed
 arguments (``{{`` and ``}}`` are literal braces). Each command element becomes exactly one argv
-element, so an argument value is never parsed by a shell. The process gets a closed stdin, a
-scrubbed environment and its own process group; stdout and stderr are merged in order and kept
-to the first and last 32 KiB.
+element, so an argument value is never parsed by a shell; a string value from the model starting
+with ``-`` is refused (unless its argument has ``allow_options: true``), so it is never read as an
+option. :mod:`fisk_sm.process` runs it: no credentials in its environment (but ``pass_env``), its
+process group killed when it ends, output merged and kept to the first and last 32 KiB.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import json
 import math
 import re
 import shlex
-import unicodedata
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -24,19 +24,19 @@ from fisk_sm.configerror import ConfigError, parse_duration
 from fisk_sm.process import (
     HEAD_BYTES,
     MAX_OUTPUT,
-    STRIPPED_ENV,
     TAIL_BYTES,
     TRUNCATION_MARKER,
     WAIT_DELAY,
+    pass_env_problem,
     run_command,
 )
+from fisk_sm.sanitize import make_visible
 from fisk_sm.tools import CRASH_POLICIES, Tool, ToolError
 
 __all__ = [
     "ARGUMENT_TYPES",
     "HEAD_BYTES",
     "MAX_OUTPUT",
-    "STRIPPED_ENV",
     "TAIL_BYTES",
     "TRUNCATION_MARKER",
     "WAIT_DELAY",
@@ -51,19 +51,29 @@ __all__ = [
 ]
 
 ARGUMENT_TYPES = ("string", "integer", "number", "boolean", "enum")
-#: Credentials a child process never inherits.
 
 _TOOL_NAME_RE = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
 _IDENT_RE = re.compile(_IDENT)
 _TOKEN_RE = re.compile(rf"\{{\{{|\}}\}}|\{{({_IDENT})\}}|[{{}}]")
-_TOOL_KEYS = ("name", "description", "command", "arguments", "tags", "timeout", "crash_policy")
-_ARGUMENT_KEYS = ("name", "type", "required", "description", "values", "default")
+_TOOL_KEYS = (
+    "name",
+    "description",
+    "command",
+    "arguments",
+    "tags",
+    "timeout",
+    "crash_policy",
+    "pass_env",
+)
+_ARGUMENT_KEYS = ("name", "type", "required", "description", "values", "default", "allow_options")
 
 
 @attrs.frozen
 class Argument:
-    """One typed argument of an exec tool; ``values`` lists an enum's choices."""
+    """One typed argument of an exec tool; ``values`` lists an enum's choices.
+
+    ``allow_options`` lets a string value given by the model start with ``-``."""
 
     name: str
     type: str
@@ -71,11 +81,14 @@ class Argument:
     description: str = ""
     values: tuple[str, ...] = ()
     default: str | int | float | bool | None = None
+    allow_options: bool = False
 
 
 @attrs.frozen
 class ExecToolSpec:
-    """A validated exec tool declaration; ``timeout`` is in seconds (None: no timeout)."""
+    """A validated exec tool declaration; ``timeout`` is in seconds (None: no timeout).
+
+    ``pass_env`` names variables let through although they look like credentials."""
 
     name: str
     description: str
@@ -84,6 +97,7 @@ class ExecToolSpec:
     tags: tuple[str, ...] = ()
     timeout: float | None = None
     crash_policy: str = "retry"
+    pass_env: tuple[str, ...] = ()
 
 
 def _show(value: object) -> str:
@@ -150,7 +164,7 @@ def _parse_argument(where: _Where, field: str, raw: object) -> Argument:
         where.fail(
             f"{field}.type", f"type must be one of {', '.join(ARGUMENT_TYPES)}; got {kind!r}"
         )
-    for key, expected in (("required", bool), ("description", str)):
+    for key, expected in (("required", bool), ("description", str), ("allow_options", bool)):
         if key in raw and not isinstance(raw[key], expected):
             where.fail(f"{field}.{key}", f"expected a {expected.__name__}, got {_show(raw[key])}")
     values: tuple[str, ...] = ()
@@ -162,7 +176,10 @@ def _parse_argument(where: _Where, field: str, raw: object) -> Argument:
             where.fail(f"{field}.values", "duplicate value")
     elif "values" in raw:
         where.fail(f"{field}.values", f"only an enum argument takes values, not {kind!r}")
+    if "allow_options" in raw and kind != "string":
+        where.fail(f"{field}.allow_options", f"only a string argument takes it, not {kind!r}")
     arg = Argument(name, kind, raw.get("required", False), raw.get("description", ""), values)
+    arg = attrs.evolve(arg, allow_options=raw.get("allow_options", False))
     if "default" in raw:
         if arg.required:
             where.fail(f"{field}.default", "a required argument takes no default")
@@ -186,6 +203,14 @@ def _parse_timeout(where: _Where, value: object) -> float:
     if not (math.isfinite(seconds) and seconds > 0):
         where.fail(".timeout", f"must be a positive duration such as '30s', got {_show(value)}")
     return seconds
+
+
+def _parse_pass_env(where: _Where, value: object) -> tuple[str, ...]:
+    names = _string_list(where, ".pass_env", value, non_empty=False)
+    for i, name in enumerate(names):
+        if problem := pass_env_problem(name):
+            where.fail(f".pass_env[{i}]", problem)
+    return names
 
 
 def parse_exec_tool(raw: Mapping[str, Any], *, index: int, source: str) -> ExecToolSpec:
@@ -247,6 +272,7 @@ def parse_exec_tool(raw: Mapping[str, Any], *, index: int, source: str) -> ExecT
         tags=_string_list(where, ".tags", raw.get("tags", []), non_empty=False),
         timeout=None if timeout is None else _parse_timeout(where, timeout),
         crash_policy=policy,
+        pass_env=_parse_pass_env(where, raw.get("pass_env", [])),
     )
 
 
@@ -270,8 +296,11 @@ def input_schema(spec: ExecToolSpec) -> dict[str, Any]:
     return schema
 
 
-def _render(arg: Argument, value: object) -> str:
-    """The value as argv text, or ValueError saying why it does not fit the argument's type."""
+def _render(arg: Argument, value: object, *, given: bool = False) -> str:
+    """The value as argv text, or ValueError saying why it does not fit the argument.
+
+    A ``given`` value (the model's, not the author's default) is also refused as an option.
+    """
     if arg.type == "boolean" and isinstance(value, bool):
         return "true" if value else "false"
     if arg.type in ("integer", "number") and not isinstance(value, bool):
@@ -285,6 +314,11 @@ def _render(arg: Argument, value: object) -> str:
     if arg.type in ("string", "enum") and isinstance(value, str):
         if "\0" in value:
             raise ValueError("must not contain a NUL character")
+        if given and arg.type == "string" and value.startswith("-") and not arg.allow_options:
+            raise ValueError(
+                "must not start with '-' (it would be read as an option);"
+                " declare allow_options: true to permit it"
+            )
         if arg.values and value not in arg.values:
             raise ValueError(f"must be one of {', '.join(arg.values)}; got {_show(value)}")
         return value
@@ -296,8 +330,9 @@ def build_argv(spec: ExecToolSpec, arguments: Mapping[str, Any]) -> list[str]:
     """The argv for one call: placeholders filled in, one element per command element.
 
     An element referring to an optional argument that was not given (nor defaulted) is left
-    out. A value that does not fit its argument, a missing required argument and an unknown
-    argument raise :class:`ToolError`.
+    out. A value that does not fit its argument, a string value starting with ``-`` (unless
+    ``allow_options``), a missing required argument and an unknown argument raise
+    :class:`ToolError`.
     """
     by_name = {arg.name: arg for arg in spec.arguments}
     unknown = sorted(str(key) for key in arguments if key not in by_name)
@@ -305,15 +340,14 @@ def build_argv(spec: ExecToolSpec, arguments: Mapping[str, Any]) -> list[str]:
         raise ToolError(f"tool {spec.name!r} has no argument(s): {', '.join(unknown)}")
     text: dict[str, str] = {}
     for arg in spec.arguments:
-        value = arguments.get(arg.name)
-        if value is None:
-            value = arg.default
+        given = arguments.get(arg.name)
+        value = arg.default if given is None else given
         if value is None:
             if arg.required:
                 raise ToolError(f"tool {spec.name!r}: argument {arg.name!r} is required")
             continue
         try:
-            text[arg.name] = _render(arg, value)
+            text[arg.name] = _render(arg, value, given=given is not None)
         except ValueError as exc:
             raise ToolError(f"tool {spec.name!r}: argument {arg.name!r}: {exc}") from None
     argv: list[str] = []
@@ -324,24 +358,15 @@ def build_argv(spec: ExecToolSpec, arguments: Mapping[str, Any]) -> list[str]:
     return argv
 
 
-_HIDDEN = ("Cc", "Cf", "Zl", "Zp")
-
-
-def _sanitize(text: str) -> str:
-    """Control and format characters (ANSI escapes, newlines, bidi overrides) made visible."""
-    named = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
-    return "".join(
-        named.get(ch) or (f"\\u{ord(ch):04x}" if unicodedata.category(ch) in _HIDDEN else ch)
-        for ch in text
-    )
-
-
 def exec_tool(spec: ExecToolSpec, *, work_dir: Path | None = None) -> Tool:
     """The :class:`Tool` that runs ``spec`` in ``work_dir`` (default: the current directory)."""
 
     async def run(**arguments: Any) -> dict[str, Any]:
         return await run_command(
-            build_argv(spec, arguments), timeout=spec.timeout, work_dir=work_dir
+            build_argv(spec, arguments),
+            timeout=spec.timeout,
+            work_dir=work_dir,
+            pass_env=spec.pass_env,
         )
 
     def display(name: str, arguments: Mapping[str, Any]) -> str:
@@ -349,7 +374,7 @@ def exec_tool(spec: ExecToolSpec, *, work_dir: Path | None = None) -> Tool:
             line = shlex.join(build_argv(spec, arguments))
         except ToolError:
             line = f"{name} {json.dumps(dict(arguments), ensure_ascii=False, default=str)}"
-        return _sanitize(line)
+        return make_visible(line)
 
     run.__name__ = run.__qualname__ = spec.name
     return Tool(

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import re
 import sys
+import unicodedata
 from typing import Any
 
-__all__ = ["for_terminal", "is_terminal", "sanitize", "say", "strip_control"]
+__all__ = ["for_terminal", "is_terminal", "make_visible", "sanitize", "say", "strip_control"]
 
 # Order matters: a string sequence (OSC, DCS, SOS, PM, APC) goes whole with its payload only when
 # it is terminated; an unterminated one loses just its introducer, so it cannot swallow the rest
@@ -62,3 +63,19 @@ def say(text: str, stream: Any = None) -> None:
     out = sys.stderr if stream is None else stream
     out.write(" ".join(strip_control(text).splitlines()) + "\n")
     out.flush()
+
+
+_HIDDEN = ("Cc", "Cf", "Zl", "Zp")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def make_visible(text: str) -> str:
+    """Control and format characters (escapes, newlines, bidi overrides) shown as `\\uXXXX`.
+
+    For a command line put to the operator: unlike `strip_control`, nothing that would run
+    disappears from view.
+    """
+    return "".join(
+        _NAMED.get(ch) or (f"\\u{ord(ch):04x}" if unicodedata.category(ch) in _HIDDEN else ch)
+        for ch in text
+    )

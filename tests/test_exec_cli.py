@@ -49,19 +49,25 @@ def test_arguments_reach_the_program_as_one_literal_argv_element(
     assert api.requests[0]["tools"][0]["input_schema"]["required"] == ["text"]
 
 
-def test_exec_tools_see_no_anthropic_credentials_and_llmformat(
+def test_exec_tools_see_no_credentials_but_pass_env_and_llmformat(
     api: FakeMessagesAPI, tmp_path: Path
 ) -> None:
-    agent = write(tmp_path, "  - {name: env, command: [env]}\n", "harness: {work_dir: .}\n")
+    agent = write(
+        tmp_path,
+        "  - {name: env, command: [env], pass_env: [GITHUB_TOKEN]}\n",
+        "harness: {work_dir: .}\n",
+    )
     api.add(Reply.tool_use("env", {}), Reply.text("ok"))
-    done = fisk(api.base_url, "run", "-c", str(agent), "go")
+    secrets = {"GITHUB_TOKEN": "gh-passed", "AWS_SECRET_ACCESS_KEY": "aws-secret"}
+    done = fisk(api.base_url, "run", "-c", str(agent), "go", **secrets)
     assert done.returncode == 0, done.stderr
     output = json.loads(api.requests[1]["messages"][-1]["content"][0]["content"])["output"]
     lines = output.splitlines()
     assert "LLMFORMAT=1" in lines
     assert f"PWD={tmp_path}" in lines
-    assert not [line for line in lines if line.startswith("ANTHROPIC_API_KEY")]
-    assert "sk-secret" not in output
+    assert "GITHUB_TOKEN=gh-passed" in lines
+    assert not [line for line in lines if line.startswith(("ANTHROPIC_", "AWS_SECRET"))]
+    assert "sk-secret" not in output and "aws-secret" not in output
 
 
 def test_a_second_sigint_kills_the_tool_with_its_whole_process_group(
@@ -118,6 +124,15 @@ def _alive(pid: int) -> bool:
             "tools[1] (say).name",
         ),
         ("  - {name: 'bad name', command: [echo]}\n", "tools[0].name"),
+        ("  - {name: env, command: [env], pass_env: GITHUB_TOKEN}\n", "tools[0] (env).pass_env"),
+        (
+            "  - {name: env, command: [env], pass_env: [ANTHROPIC_API_KEY]}\n",
+            "tools[0] (env).pass_env[0]",
+        ),
+        (
+            "  - {name: g, command: [grep, '{p}'], arguments: [{name: p, allow_options: 1}]}\n",
+            "tools[0] (g).arguments[0].allow_options",
+        ),
     ],
 )
 def test_malformed_tool_declarations_name_the_tool_and_field(
@@ -128,6 +143,22 @@ def test_malformed_tool_declarations_name_the_tool_and_field(
     assert done.returncode == 2
     assert len(done.stderr.splitlines()) == 1 and field in done.stderr, done.stderr
     assert api.requests == []
+
+
+def test_an_argument_that_would_be_an_option_is_refused_to_the_model(
+    api: FakeMessagesAPI, tmp_path: Path
+) -> None:
+    agent = write(
+        tmp_path,
+        f"  - name: show\n    command: {ARGV}\n"
+        "    arguments: [{name: text, type: string, required: true}]\n",
+    )
+    api.add(Reply.tool_use("show", {"text": "--help"}), Reply.text("refused"))
+    done = fisk(api.base_url, "run", "-c", str(agent), "go")
+    assert done.returncode == 0, done.stderr
+    block = api.requests[1]["messages"][-1]["content"][0]
+    assert block.get("is_error") is True
+    assert "must not start with '-' (it would be read as an option)" in block["content"]
 
 
 def test_a_bad_selection_regex_is_named(api: FakeMessagesAPI, tmp_path: Path) -> None:
