@@ -2,9 +2,12 @@
 
 `AnthropicModel` uses the real `anthropic.AsyncAnthropic`. The whole call, the SDK's own retries
 included, runs under one `call_timeout` deadline, as the reference does; each attempt also gets
-that timeout. Reply content blocks are kept verbatim (`to_dict(mode="json")`), because thinking
-signatures break if blocks are re-encoded. Anything with the same `create` method can stand in
-for the model (the benchmarks use an in-process one).
+that timeout. The reply is read as the raw HTTP body (the SDK still retries and maps error
+statuses) and parsed and checked by `fisk_sm.reply`, never built into the SDK's models: content
+blocks stay exactly as sent, because thinking signatures break if blocks are re-encoded, and a
+malformed reply becomes a `ModelError` ("malformed model reply: ...") before any of it reaches
+the journal. Anything with the same `create` method can stand in for the model (the benchmarks
+use an in-process one).
 """
 
 from __future__ import annotations
@@ -16,15 +19,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 import attrs
 
 from fisk_sm.config import LLMConfig
+from fisk_sm.reply import ModelError, one_line, parse_reply
 
 if TYPE_CHECKING:  # the SDK takes a second to import; only a real model call needs it
     import anthropic
 
 __all__ = ["AnthropicModel", "ModelClient", "ModelError", "ModelRequest", "build_request"]
-
-
-class ModelError(Exception):
-    """A model call failed; the message is what the run reports."""
 
 
 @attrs.frozen
@@ -96,13 +96,14 @@ class AnthropicModel:
         return self._client
 
     async def create(self, request: ModelRequest) -> dict[str, Any]:
-        """One call; every failure becomes a `ModelError` naming what went wrong."""
+        """One call; every failure becomes a `ModelError` naming what went wrong in one line."""
         import anthropic
 
         deadline = self.llm.budget.call_timeout
         try:
             async with asyncio.timeout(deadline):
-                reply = await self.client.messages.create(**request.params())
+                raw = await self.client.messages.with_raw_response.create(**request.params())
+                body = await raw.read()
         except TimeoutError:
             raise ModelError(f"llm call: timed out after {deadline:g}s") from None
         except anthropic.APIStatusError as exc:
@@ -111,9 +112,8 @@ class AnthropicModel:
                 hint = " (thinking is enabled: check that the model supports adaptive thinking)"
             raise ModelError(f"llm call: HTTP {exc.status_code}: {_reason(exc)}{hint}") from None
         except anthropic.APIError as exc:
-            raise ModelError(f"llm call: {exc}") from None
-        message: dict[str, Any] = reply.to_dict(mode="json")
-        return message
+            raise ModelError(f"llm call: {one_line(str(exc))}") from None
+        return parse_reply(body)
 
     async def aclose(self) -> None:
         """Close the HTTP connections."""
@@ -122,9 +122,10 @@ class AnthropicModel:
 
 
 def _reason(exc: anthropic.APIStatusError) -> str:
+    """The error's message, on one line: a proxy's error page must not become the run's report."""
     body = exc.body
     if isinstance(body, dict):
         error = body.get("error")
         if isinstance(error, dict) and error.get("message"):
-            return str(error["message"])
-    return str(exc.message)
+            return one_line(str(error["message"]))
+    return one_line(str(exc.message))

@@ -11,176 +11,29 @@ timeouts, error mapping) runs for real::
         assert api.requests[1]["messages"][-1]["content"][0]["type"] == "tool_result"
 
 A reply with a non-200 ``status`` answers with an Anthropic-shaped error body and
-``retry-after-ms: 10``, so the SDK retries it at once. When the script runs out the
-server answers 500 with ``x-should-retry: false``, so a missing reply fails fast.
-Scripts can also live in YAML/JSON files (:func:`load_script`) and be served from
-the command line (:func:`serve`, behind ``fisk-sm fake-api``).
+``retry-after-ms: 10``, so the SDK retries it at once. A reply can also be any body at
+all (:meth:`Reply.body`, :meth:`Reply.raw`), to test what a client does with a hostile
+one. When the script runs out the server answers 500 with ``x-should-retry: false``, so
+a missing reply fails fast. Replies and script files are in :mod:`fisk_sm.fakescript`;
+scripts are served from the command line by :func:`serve` (behind ``fisk-sm fake-api``).
 """
 
 from __future__ import annotations
 
 import collections
 import ipaddress
-import itertools
 import json
 import signal
 import socket
 import sys
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any, TextIO, cast
 
-import attrs
-import yaml
+from fisk_sm.fakescript import Reply, ScriptError, load_script
 
 __all__ = ["FakeMessagesAPI", "Reply", "ScriptError", "load_script", "serve"]
-
-_CACHE_KEYS = ("cache_read_input_tokens", "cache_creation_input_tokens")
-_USAGE_KEYS = ("input_tokens", "output_tokens", *_CACHE_KEYS)
-_tool_ids = itertools.count(1)
-_tool_lock = threading.Lock()
-
-
-def _next_tool_id() -> str:
-    with _tool_lock:
-        return f"toolu_{next(_tool_ids):02d}"
-
-
-def _blocks(value: Iterable[Mapping[str, Any]]) -> tuple[dict[str, Any], ...]:
-    return tuple(dict(block) for block in value)
-
-
-@attrs.frozen
-class Reply:
-    """One scripted answer: content blocks (sent verbatim), stop reason, usage, delay, status."""
-
-    content: tuple[dict[str, Any], ...] = attrs.field(default=(), converter=_blocks)
-    stop_reason: str = "end_turn"
-    input_tokens: int = 10
-    output_tokens: int = 5
-    cache_read_input_tokens: int = 0
-    cache_creation_input_tokens: int = 0
-    delay: float = 0.0  # seconds to wait before answering
-    status: int = attrs.field(default=200)  # anything else: an Anthropic-shaped error body
-
-    @status.validator
-    def _check_status(self, attribute: attrs.Attribute[int], value: int) -> None:
-        if value != 200 and not 400 <= value <= 599:
-            raise ValueError(f"status must be 200 or 400-599, not {value}")
-
-    @classmethod
-    def text(cls, text: str, **kw: Any) -> Reply:
-        """A reply with a single text block."""
-        return cls(content=({"type": "text", "text": text},), **kw)
-
-    @classmethod
-    def tool_use(
-        cls,
-        name: str,
-        input: Mapping[str, Any],
-        id: str | None = None,
-        text: str | None = None,
-        **kw: Any,
-    ) -> Reply:
-        """A tool call (after a text block if ``text``); stop_reason defaults to "tool_use"."""
-        block = {"type": "tool_use", "id": id or _next_tool_id(), "name": name}
-        lead = [{"type": "text", "text": text}] if text is not None else []
-        kw.setdefault("stop_reason", "tool_use")
-        return cls(content=(*lead, {**block, "input": dict(input)}), **kw)
-
-    @classmethod
-    def error(cls, status: int, **kw: Any) -> Reply:
-        """An HTTP error answer (529 overloaded, 429 rate limited, anything else api_error)."""
-        return cls(status=status, **kw)
-
-    @property
-    def usage(self) -> dict[str, int]:
-        """The ``usage`` object sent with the reply."""
-        return {key: int(getattr(self, key)) for key in _USAGE_KEYS}
-
-
-class ScriptError(ValueError):
-    """A script file is unreadable or malformed; the message names file, item and field."""
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "text": (lambda v: isinstance(v, str), "a string"),
-    "stop_reason": (lambda v: isinstance(v, str), "a string"),
-    "tool_use": (lambda v: isinstance(v, dict), "a mapping"),
-    "usage": (lambda v: isinstance(v, dict), "a mapping"),
-    "content": (lambda v: isinstance(v, list), "a list of blocks"),
-    "delay": (lambda v: (_is_int(v) or isinstance(v, float)) and v >= 0, "seconds (>= 0)"),
-    "status": (lambda v: _is_int(v) and (v == 200 or 400 <= v <= 599), "200 or 400-599"),
-}
-
-
-def _parse_item(item: object, where: str) -> Reply:
-    def fail(msg: str) -> ScriptError:
-        return ScriptError(f"{where}: {msg}")
-
-    if not isinstance(item, dict):
-        raise fail(f"expected a mapping, got {type(item).__name__}")
-    for key, value in item.items():
-        if key not in _CHECKS:
-            raise fail(f"unknown key {key!r}")
-        check, expected = _CHECKS[key]
-        if not check(value):
-            raise fail(f"field {key!r}: expected {expected}, got {type(value).__name__}")
-    if "content" in item and ("text" in item or "tool_use" in item):
-        raise fail("'content' cannot be combined with 'text' or 'tool_use'")
-    kw: dict[str, Any] = {k: item[k] for k in ("stop_reason", "status") if k in item}
-    blocks: list[dict[str, Any]] = []
-    for i, block in enumerate(item.get("content", [])):
-        if not isinstance(block, dict) or not isinstance(block.get("type"), str):
-            raise fail(f"field 'content': block {i} must be a mapping with a string 'type'")
-        blocks.append(block)
-    if "text" in item:
-        blocks.append({"type": "text", "text": item["text"]})
-    if "tool_use" in item:
-        tool = item["tool_use"]
-        bad = sorted(set(tool) - {"name", "input", "id"})
-        if bad:
-            raise fail(f"field 'tool_use': unknown key {bad[0]!r}")
-        name, args, tool_id = tool.get("name"), tool.get("input", {}), tool.get("id")
-        if not isinstance(name, str) or not isinstance(args, dict):
-            raise fail("field 'tool_use': needs a string 'name' and a mapping 'input'")
-        if not isinstance(tool_id, str | None):
-            raise fail("field 'tool_use': 'id' must be a string")
-        blocks.extend(Reply.tool_use(name, args, tool_id).content)
-        kw.setdefault("stop_reason", "tool_use")
-    for key, value in item.get("usage", {}).items():
-        if key not in _USAGE_KEYS:
-            raise fail(f"field 'usage': unknown key {key!r}")
-        if not _is_int(value) or value < 0:
-            raise fail(f"field 'usage': {key!r} must be a non-negative integer")
-        kw[key] = value
-    if "delay" in item:
-        kw["delay"] = float(item["delay"])
-    return Reply(content=blocks, **kw)
-
-
-def load_script(path: str | Path) -> tuple[Reply, ...]:
-    """Read a YAML (or JSON) list of replies; error messages number items from 0.
-
-    Item keys: ``text``, ``tool_use: {name, input, id?}``, ``content`` (raw blocks),
-    ``stop_reason``, ``usage: {input_tokens, output_tokens, cache_read_input_tokens,
-    cache_creation_input_tokens}``, ``delay`` (seconds), ``status`` (HTTP code).
-    """
-    name = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-        data: object = json.loads(text) if name.endswith(".json") else yaml.safe_load(text)
-    except (OSError, ValueError, yaml.YAMLError) as exc:
-        raise ScriptError(f"{name}: {exc}") from exc
-    if not isinstance(data, list):
-        raise ScriptError(f"{name}: expected a list of replies, got {type(data).__name__}")
-    return tuple(_parse_item(item, f"{name}: item {i}") for i, item in enumerate(data))
 
 
 def _error(kind: str, message: str) -> dict[str, Any]:
@@ -210,11 +63,13 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     def _send(self, status: int, payload: Mapping[str, Any], **headers: str) -> None:
-        data = json.dumps(payload).encode()
+        self._send_bytes(status, json.dumps(payload).encode(), "application/json", **headers)
+
+    def _send_bytes(self, status: int, data: bytes, content_type: str, **headers: str) -> None:
         self.close_connection = True  # one request per connection: nothing outlives close()
         try:
             self.send_response(status)
-            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(data)))
             self.send_header("Connection", "close")
             for key, value in headers.items():
@@ -254,10 +109,16 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(500, _error("api_error", msg), request_id=rid, x_should_retry="false")
         if reply.delay > 0 and api._stopping.wait(reply.delay):
             return  # the server is closing: drop the connection unanswered
+        # an error status, whatever its body, is retried at once
+        retry = {"retry_after_ms": "10"} if reply.status != 200 else {}
+        if reply.payload is not None:
+            data, kind = reply.payload, reply.content_type
+            return self._send_bytes(reply.status, data, kind, request_id=rid, **retry)
         if reply.status != 200:
             kind = {529: "overloaded_error", 429: "rate_limit_error"}.get(reply.status, "api_error")
-            out = _error(kind, f"fake API scripted error {reply.status}")
-            return self._send(reply.status, out, request_id=rid, retry_after_ms="10")
+            text = reply.message
+            out = _error(kind, f"fake API scripted error {reply.status}" if text is None else text)
+            return self._send(reply.status, out, request_id=rid, **retry)
         message = {
             "id": f"msg_{n:02d}",
             "type": "message",

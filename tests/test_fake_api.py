@@ -11,7 +11,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -146,6 +146,65 @@ async def test_exhausted_script_is_not_retried(api: FakeMessagesAPI) -> None:
     assert len(api.requests) == 1
 
 
+async def test_error_message_is_sent_as_scripted(api: FakeMessagesAPI) -> None:
+    api.add(Reply.error(500, message="\x1b[31mboom\u202e\nline two"))
+    async with client(api, max_retries=0) as c:
+        with pytest.raises(anthropic.InternalServerError) as info:
+            await c.messages.create(model=MODEL, max_tokens=10, messages=USER)
+    assert info.value.body == {
+        "type": "error",
+        "error": {"type": "api_error", "message": "\x1b[31mboom\u202e\nline two"},
+    }
+
+
+HOSTILE = {"content": "text", "usage": {"input_tokens": -5}}
+
+
+@pytest.mark.parametrize(
+    ("reply", "content_type", "body"),
+    [
+        (Reply.raw("<p>\nhi</p>", content_type="text/html"), "text/html", b"<p>\nhi</p>"),
+        (Reply.raw(b"\xff{not json"), "application/json", b"\xff{not json"),
+        (Reply.raw(""), "application/json", b""),
+        (Reply.body([1, "two"]), "application/json", b'[1, "two"]'),
+        (Reply.body(HOSTILE), "application/json", json.dumps(HOSTILE).encode()),
+    ],
+)
+async def test_any_body_can_be_scripted(
+    api: FakeMessagesAPI, reply: Reply, content_type: str, body: bytes
+) -> None:
+    api.add(reply)
+    async with client(api, max_retries=0) as c:
+        raw = await c.messages.with_raw_response.create(model=MODEL, max_tokens=1, messages=USER)
+        assert raw.status_code == 200
+        assert raw.headers["content-type"] == content_type
+        assert await raw.read() == body
+
+
+async def test_a_raw_error_page_is_an_sdk_error_and_retried(api: FakeMessagesAPI) -> None:
+    page = Reply.raw("<html>bad gateway</html>", status=502, content_type="text/html")
+    api.add(page, page)
+    async with client(api, max_retries=1) as c:
+        with pytest.raises(anthropic.APIStatusError) as info:
+            await c.messages.create(model=MODEL, max_tokens=1, messages=USER)
+    assert info.value.status_code == 502
+    assert info.value.body == "<html>bad gateway</html>"
+    assert len(api.requests) == 2
+
+
+@pytest.mark.parametrize(
+    ("make", "problem"),
+    [
+        (lambda: Reply(content=[{"type": "text", "text": "x"}], payload=b"{}"), "whole body"),
+        (lambda: Reply(message="not an error"), "'message' is for error replies"),
+        (lambda: Reply.raw("x", status=302), "status must be"),
+    ],
+)
+def test_meaningless_replies_are_refused(make: Callable[[], Reply], problem: str) -> None:
+    with pytest.raises(ValueError, match=problem):
+        make()
+
+
 def test_bad_requests_get_json_errors(api: FakeMessagesAPI) -> None:
     def post(path: str, data: bytes) -> tuple[int, Any]:
         req = urllib.request.Request(api.base_url + path, data=data, method="POST")
@@ -183,9 +242,15 @@ def test_load_script_yaml(tmp_path: Path) -> None:
 - status: 529
   delay: 0.5
 - content: [{type: text, text: raw}]
+- body: {content: not a list, usage: {input_tokens: -5}}
+- raw: "<html>oops</html>"
+  content_type: text/html
+  status: 502
+- status: 500
+  message: "\\e[31mboom"
 """
     )
-    first, second, third, fourth, fifth = load_script(path)
+    first, second, third, fourth, fifth, sixth, seventh, eighth = load_script(path)
     assert first == Reply.text("hello", input_tokens=7, cache_read_input_tokens=3)
     assert second.stop_reason == "tool_use"
     assert second.content == (
@@ -196,6 +261,9 @@ def test_load_script_yaml(tmp_path: Path) -> None:
     assert third.content[0]["id"].startswith("toolu_")
     assert (fourth.status, fourth.delay) == (529, 0.5)
     assert fifth.content == ({"type": "text", "text": "raw"},)
+    assert sixth == Reply.body({"content": "not a list", "usage": {"input_tokens": -5}})
+    assert seventh == Reply.raw("<html>oops</html>", status=502, content_type="text/html")
+    assert eighth == Reply.error(500, message="\x1b[31mboom")
 
 
 @pytest.mark.parametrize(
@@ -206,6 +274,14 @@ def test_load_script_yaml(tmp_path: Path) -> None:
         ("- usage: {input_tokens: -1}\n", "item 0: field 'usage'"),
         ("- tool_use: {name: x, inputs: {}}\n", "item 0: field 'tool_use': unknown key 'inputs'"),
         ("- status: 302\n", "item 0: field 'status'"),
+        ("- body: {}\n  text: hi\n", "item 0: 'body' is the whole body: it cannot be combined"),
+        ("- raw: x\n  usage: {input_tokens: 1}\n", "item 0: 'raw' is the whole body"),
+        ("- raw: x\n  body: {}\n", "item 0: 'body' and 'raw' cannot be combined"),
+        ("- raw: 5\n", "item 0: field 'raw': expected a string, got int"),
+        ("- text: hi\n  content_type: text/html\n", "item 0: 'content_type' needs 'body' or"),
+        ("- text: hi\n  message: boom\n", "item 0: 'message' is for error replies"),
+        ("- body: .nan\n", "item 0: field 'body': not JSON"),
+        ("- body: 2024-01-01\n", "item 0: field 'body': not JSON"),
         ("text: not a list\n", "expected a list"),
     ],
 )
