@@ -122,10 +122,17 @@ configure_tagged_union(
 
 def encode(record: Record) -> str:
     """One JSON line (no newline) for `record`."""
+    data = converter.unstructure(record, Record)
     # ensure_ascii=False: non-Latin text would double in size as \u escapes.
-    return json.dumps(
-        converter.unstructure(record, Record), separators=(",", ":"), ensure_ascii=False
-    )
+    line = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+    if not line.isascii():
+        try:
+            line.encode()
+        except UnicodeEncodeError:
+            # A lone surrogate (a Python tool's str may hold one) has no UTF-8 form; as a \u
+            # escape it is written, and read back, exactly.
+            return json.dumps(data, separators=(",", ":"))
+    return line
 
 
 # Decoding dispatches on the tag straight to cattrs's structure function for that class: the

@@ -23,7 +23,7 @@ from fisk_sm.filestore import (
     default_directory,
 )
 from fisk_sm.journal import JournalError
-from fisk_sm.records import FORMAT_VERSION, Meta, Record, Terminal, User, encode
+from fisk_sm.records import FORMAT_VERSION, Meta, Record, Terminal, ToolResult, User, encode
 
 
 def meta(run_id: str = "abc", model: str = "claude-test", prompt: str = "do it") -> Meta:
@@ -360,3 +360,12 @@ def test_default_directory(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("XDG_STATE_HOME")
     monkeypatch.setenv("HOME", "/h")
     assert default_directory() == Path("/h/.local/state/fisk-sm/runs")
+
+
+def test_a_lone_surrogate_is_journaled_exactly(store: FileStore) -> None:
+    """A Python tool's str may hold a lone surrogate, which has no UTF-8 form."""
+    result = {"type": "tool_result", "tool_use_id": "tu_1", "content": "a\ud800b"}
+    odd = ToolResult(seq=2, tool_use_id="tu_1", result=result, is_error=False, kind="python")
+    with store.create(meta()) as journal:
+        journal.append_sync(odd)
+    assert store.load("abc") == [meta(), odd]
