@@ -37,11 +37,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # loop_overhead
 from loop_overhead import PROMPT, NullEvents, ScriptedModel, bench_config, echo
 
 from fisk_sm import sessions
-from fisk_sm.filestore import FileStore
-from fisk_sm.journal import MemoryJournal
-from fisk_sm.records import encode
-from fisk_sm.run import Run, loop_machine
-from fisk_sm.sessions import resume_session, start_session
+from fisk_sm.journal.base import MemoryJournal
+from fisk_sm.journal.filestore import FileStore
+from fisk_sm.journal.records import encode
+from fisk_sm.loop.run import Run, loop_machine
+from fisk_sm.loop.sessions import resume_session, start_session
 
 RATIO_TARGET, FLAT_BAND, BYTES_TARGET, RESUME_TARGET = 1.2, (0.9, 1.1), 1.5, 0.100
 TEXT_CHARS, INPUT_CHARS = 720, 640  # assistant text + echo input + echo output ≈ 2.2 KB of JSON

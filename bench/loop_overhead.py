@@ -37,13 +37,13 @@ from typing import Annotated, Any, TypedDict
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fisk_sm.config import AgentConfig, parse_config
-from fisk_sm.events import Event
-from fisk_sm.journal import MemoryJournal
-from fisk_sm.llm import ModelRequest, build_request
-from fisk_sm.run import Run, loop_machine
-from fisk_sm.snapshot import Usage
-from fisk_sm.tools import Tool, tool
+from fisk_sm.config.agent import AgentConfig, parse_config
+from fisk_sm.events.types import Event
+from fisk_sm.journal.base import MemoryJournal
+from fisk_sm.journal.snapshot import Usage
+from fisk_sm.loop.run import Run, loop_machine
+from fisk_sm.model.anthropic import ModelRequest, build_request
+from fisk_sm.tools.base import Tool, tool
 
 try:  # the optional `bench` extra
     from langchain_core.runnables import RunnableConfig

@@ -5,8 +5,17 @@ This module is the public API; everything a user imports comes from here.
 
 from __future__ import annotations
 
-from fisk_sm.config import AgentConfig, Budget, ConfigError, LLMConfig, load_config, parse_config
-from fisk_sm.events import (
+from fisk_sm.cli.lineui import LineUI
+from fisk_sm.config.agent import (
+    AgentConfig,
+    Budget,
+    ConfigError,
+    LLMConfig,
+    load_config,
+    parse_config,
+)
+from fisk_sm.events.adapters import JsonLinesEvents, StructlogEvents
+from fisk_sm.events.types import (
     Event,
     Events,
     Fanout,
@@ -19,14 +28,12 @@ from fisk_sm.events import (
     ToolFinished,
     Warning,
 )
-from fisk_sm.journal import Journal, JournalError, MemoryJournal
-from fisk_sm.lineui import LineUI
-from fisk_sm.llm import AnthropicModel, ModelClient, ModelError, ModelRequest
-from fisk_sm.logevents import JsonLinesEvents, StructlogEvents
-from fisk_sm.machine import Step
-from fisk_sm.run import Run, RunFinished, SyncRun
-from fisk_sm.snapshot import RunData, Snapshot, Usage
-from fisk_sm.tools import Outcome, Tool, ToolBox, tool
+from fisk_sm.journal.base import Journal, JournalError, MemoryJournal
+from fisk_sm.journal.snapshot import RunData, Snapshot, Usage
+from fisk_sm.loop.run import Run, RunFinished, SyncRun
+from fisk_sm.machine.evaluator import Step
+from fisk_sm.model.anthropic import AnthropicModel, ModelClient, ModelError, ModelRequest
+from fisk_sm.tools.base import Outcome, Tool, ToolBox, tool
 
 __all__ = [
     "AgentConfig",

@@ -1,4 +1,4 @@
-"""Tests for fisk_sm.config: loading agent.yaml into frozen attrs classes."""
+"""Tests for fisk_sm.config.agent: loading agent.yaml into frozen attrs classes."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import attrs
 import pytest
 
-from fisk_sm.config import (
+from fisk_sm.config.agent import (
     AgentConfig,
     Budget,
     ConfigError,

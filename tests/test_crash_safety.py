@@ -25,11 +25,11 @@ from typing import Any
 
 from crashkit import Command, run
 
-from fisk_sm.actions import INTERRUPTED
-from fisk_sm.filestore import FileStore
-from fisk_sm.fold import fold
-from fisk_sm.records import Record, ToolResult, ToolStarted
-from fisk_sm.snapshot import Snapshot
+from fisk_sm.journal.filestore import FileStore
+from fisk_sm.journal.fold import fold
+from fisk_sm.journal.records import Record, ToolResult, ToolStarted
+from fisk_sm.journal.snapshot import Snapshot
+from fisk_sm.loop.actions import INTERRUPTED
 from fisk_sm.testing import FakeMessagesAPI, Reply
 
 TURNS = 4

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 
 from fisk_sm import ToolBox
-from fisk_sm.config import ConfigError
-from fisk_sm.exectool import ExecToolSpec, build_argv, exec_tool, parse_exec_tool, run_command
-from fisk_sm.process import TRUNCATION_MARKER, secret_env_name
-from fisk_sm.tools import ToolError
+from fisk_sm.config.agent import ConfigError
+from fisk_sm.tools.base import ToolError
+from fisk_sm.tools.exec import ExecToolSpec, build_argv, exec_tool, parse_exec_tool, run_command
+from fisk_sm.tools.process import TRUNCATION_MARKER, secret_env_name
 
 PY = sys.executable
 PRINT_ARGV = [PY, "-c", "import sys, json; print(json.dumps(sys.argv[1:]))"]

@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 
 from fisk_sm import ToolBox
-from fisk_sm.config import ConfigError
-from fisk_sm.exectool import (
+from fisk_sm.config.agent import ConfigError
+from fisk_sm.tools.base import ToolError
+from fisk_sm.tools.exec import (
     Argument,
     ExecToolSpec,
     build_argv,
@@ -25,7 +26,6 @@ from fisk_sm.exectool import (
     placeholders,
     run_command,
 )
-from fisk_sm.tools import ToolError
 
 PY = sys.executable
 PRINT_ARGV = [PY, "-c", "import sys, json; print(json.dumps(sys.argv[1:]))"]
@@ -337,7 +337,7 @@ async def test_a_process_that_left_the_group_holds_the_pipe_only_for_wait_delay(
 ) -> None:
     # The group is killed when the program exits; a child that made its own session escapes
     # that and keeps the pipe open, so the output is cut after WAIT_DELAY.
-    monkeypatch.setattr("fisk_sm.process.WAIT_DELAY", 0.3)
+    monkeypatch.setattr("fisk_sm.tools.process.WAIT_DELAY", 0.3)
     script = (
         "import subprocess\n"
         "child = subprocess.Popen(['sleep', '300'], start_new_session=True)\n"

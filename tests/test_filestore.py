@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from fisk_sm.filestore import (
+from fisk_sm.journal.base import JournalError
+from fisk_sm.journal.filestore import (
     CorruptJournalError,
     FileStore,
     InvalidIdError,
@@ -22,8 +23,7 @@ from fisk_sm.filestore import (
     check_run_id,
     default_directory,
 )
-from fisk_sm.journal import JournalError
-from fisk_sm.records import FORMAT_VERSION, Meta, Record, Terminal, ToolResult, User, encode
+from fisk_sm.journal.records import FORMAT_VERSION, Meta, Record, Terminal, ToolResult, User, encode
 
 
 def meta(run_id: str = "abc", model: str = "claude-test", prompt: str = "do it") -> Meta:
@@ -243,7 +243,7 @@ def test_delete(store: FileStore) -> None:
 
 OPENER = """
 import sys
-from fisk_sm.filestore import FileStore
+from fisk_sm.journal.filestore import FileStore
 try:
     journal = FileStore(sys.argv[1]).open(sys.argv[2])
 except Exception as exc:

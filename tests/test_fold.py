@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from fisk_sm.fold import FoldError, fold
-from fisk_sm.records import (
+from fisk_sm.journal.fold import FoldError, fold
+from fisk_sm.journal.records import (
     FORMAT_VERSION,
     Assistant,
     Meta,
@@ -17,7 +17,7 @@ from fisk_sm.records import (
     ToolStarted,
     User,
 )
-from fisk_sm.snapshot import Snapshot
+from fisk_sm.journal.snapshot import Snapshot
 
 
 def meta(version: int = FORMAT_VERSION) -> Meta:

@@ -10,8 +10,7 @@ from typing import Any
 
 import pytest
 
-from fisk_sm.gate import Gate
-from fisk_sm.prompter import (
+from fisk_sm.operator.prompter import (
     Approval,
     ApprovalRequest,
     NoOperator,
@@ -20,8 +19,9 @@ from fisk_sm.prompter import (
     ScriptedPrompter,
     TerminalPrompter,
 )
-from fisk_sm.sanitize import sanitize, strip_control
-from fisk_sm.tools import Outcome, Tool
+from fisk_sm.operator.sanitize import sanitize, strip_control
+from fisk_sm.tools.base import Outcome, Tool
+from fisk_sm.tools.gate import Gate
 
 NO_OPERATOR = "no interactive terminal is attached, so no operator could be asked"
 FINAL = "this decision is final, do not retry"

@@ -18,10 +18,10 @@ import attrs
 import pytest
 import yaml
 
-from fisk_sm.cli import main
-from fisk_sm.config import AgentConfig, ConfigError, ToolSpec, parse_config
-from fisk_sm.exectool import Argument, ExecToolSpec
-from fisk_sm.harnessconfig import RemoteHost
+from fisk_sm.cli.main import main
+from fisk_sm.config.agent import AgentConfig, ConfigError, ToolSpec, parse_config
+from fisk_sm.config.harness import RemoteHost
+from fisk_sm.tools.exec import Argument, ExecToolSpec
 
 CLI = [sys.executable, "-m", "fisk_sm.cli"]
 

@@ -8,15 +8,15 @@ from typing import Any
 
 import pytest
 
-from fisk_sm.hitl import HITL_NOTE, hitl_tools
-from fisk_sm.prompter import (
+from fisk_sm.operator.prompter import (
     NoOperator,
     Prompter,
     PromptError,
     ScriptedPrompter,
     TerminalPrompter,
 )
-from fisk_sm.tools import ToolBox
+from fisk_sm.tools.base import ToolBox
+from fisk_sm.tools.hitl import HITL_NOTE, hitl_tools
 
 NO_OPERATOR = "no interactive terminal is attached, so no operator could be asked"
 

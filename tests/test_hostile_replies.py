@@ -19,11 +19,11 @@ import pytest
 from conftest import make_config, make_run
 
 from fisk_sm import Tool, tool
-from fisk_sm.filestore import FileStore
-from fisk_sm.fold import fold
-from fisk_sm.records import Assistant, Record, Terminal, encode
-from fisk_sm.reply import PREFIX
-from fisk_sm.sessions import resume_session, start_session
+from fisk_sm.journal.filestore import FileStore
+from fisk_sm.journal.fold import fold
+from fisk_sm.journal.records import Assistant, Record, Terminal, encode
+from fisk_sm.loop.sessions import resume_session, start_session
+from fisk_sm.model.reply import PREFIX
 from fisk_sm.testing import FakeMessagesAPI, Reply
 
 MARKER = "hostile-7f3a"  # in every bad body; never in an error message, so never journaled

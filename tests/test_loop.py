@@ -9,7 +9,7 @@ import pytest
 from conftest import make_run
 
 from fisk_sm import Step, Tool, ToolFinished, Warning, tool
-from fisk_sm.records import Assistant, Terminal, ToolResult, ToolStarted
+from fisk_sm.journal.records import Assistant, Terminal, ToolResult, ToolStarted
 from fisk_sm.testing import FakeMessagesAPI, Reply
 
 

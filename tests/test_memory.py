@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from fisk_sm.memory import (
+from fisk_sm.tools.base import Outcome, ToolBox
+from fisk_sm.tools.memory import (
     MAX_ENTRIES,
     MEMORY_NOTE,
     MemoryEntry,
@@ -28,7 +29,6 @@ from fisk_sm.memory import (
     memory_index,
     memory_tools,
 )
-from fisk_sm.tools import Outcome, ToolBox
 
 
 def _names(directory: Path) -> list[str]:
@@ -351,7 +351,7 @@ def test_default_memory_directory(tmp_path: Path) -> None:
 _RACER = """
 import sys, time
 from pathlib import Path
-from fisk_sm.memory import MemoryStore
+from fisk_sm.tools.memory import MemoryStore
 base, rounds, i = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 for r in range(rounds):
     (base / f"ready-{r}-{i}").touch()

@@ -19,7 +19,9 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from fisk_sm import Tool, ToolBox, tool
-from fisk_sm.remote import (
+from fisk_sm.testing import FakeMessagesAPI, Reply
+from fisk_sm.tools.base import ToolError
+from fisk_sm.tools.remote import (
     RemoteError,
     RemoteSpec,
     ToolHost,
@@ -27,8 +29,6 @@ from fisk_sm.remote import (
     serve_tools,
     settle,
 )
-from fisk_sm.testing import FakeMessagesAPI, Reply
-from fisk_sm.tools import ToolError
 
 Serve = Callable[[str, Sequence[Tool], str], Awaitable[ToolHost]]
 Answer = Callable[[str, Callable[[Msg], bytes | None]], Awaitable[None]]
@@ -376,8 +376,8 @@ def test_fisk_sm_run_imports_remote_tools_and_counts_them(nats_url: str, tmp_pat
     """Scenario 5 through the CLI: a remote tool runs on its host and is traced as remote."""
     import subprocess
 
-    from fisk_sm.filestore import FileStore
-    from fisk_sm.fold import fold
+    from fisk_sm.journal.filestore import FileStore
+    from fisk_sm.journal.fold import fold
 
     async def host_and_run() -> subprocess.CompletedProcess[str]:
         nc = await nats.connect(nats_url)

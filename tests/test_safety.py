@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from fisk_sm import Recorder, Run, ToolCalled, ToolFinished, Warning, parse_config, tool
-from fisk_sm.prompter import Approval, ScriptedPrompter
+from fisk_sm.operator.prompter import Approval, ScriptedPrompter
 from fisk_sm.testing import FakeMessagesAPI, Reply
 
 ran: list[str] = []

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from fisk_sm.filestore import FileStore
-from fisk_sm.fold import fold
+from fisk_sm.journal.filestore import FileStore
+from fisk_sm.journal.fold import fold
 from fisk_sm.testing import FakeMessagesAPI, Reply
 
 CLI = [sys.executable, "-m", "fisk_sm.cli"]

@@ -10,11 +10,11 @@ import pytest
 from conftest import make_config
 
 from fisk_sm import Recorder, tool
-from fisk_sm.filestore import FileStore
-from fisk_sm.fingerprint import ResumeRefused, check_resume
-from fisk_sm.fold import fold
-from fisk_sm.records import FORMAT_VERSION, Assistant, Meta, ToolResult, ToolStarted, encode
-from fisk_sm.sessions import RESUME_REMINDER, resume_session, start_session
+from fisk_sm.journal.filestore import FileStore
+from fisk_sm.journal.fold import fold
+from fisk_sm.journal.records import FORMAT_VERSION, Assistant, Meta, ToolResult, ToolStarted, encode
+from fisk_sm.loop.fingerprint import ResumeRefused, check_resume
+from fisk_sm.loop.sessions import RESUME_REMINDER, resume_session, start_session
 from fisk_sm.testing import FakeMessagesAPI, Reply
 
 
@@ -185,7 +185,7 @@ async def test_a_snapshot_taken_mid_run_restores_through_json_and_finishes(
     api: FakeMessagesAPI,
 ) -> None:
     from fisk_sm import MemoryJournal, Run, Snapshot
-    from fisk_sm.harness import Harness
+    from fisk_sm.loop.harness import Harness
 
     config = make_config(api)
     api.add(Reply.tool_use("note", {"text": "one"}, id="toolu_j"), Reply.text("restored"))

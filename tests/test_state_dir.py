@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from fisk_sm.filestore import FileStore
-from fisk_sm.records import FORMAT_VERSION, Meta, encode
+from fisk_sm.journal.filestore import FileStore
+from fisk_sm.journal.records import FORMAT_VERSION, Meta, encode
 from fisk_sm.testing import FakeMessagesAPI, Reply
 
 CLI = [sys.executable, "-m", "fisk_sm.cli"]

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from fisk_sm.actions import ACTIONS
-from fisk_sm.guards import GUARDS
-from fisk_sm.hooks import HOOKS
-from fisk_sm.machine import build_machine
-from fisk_sm.run import loop_machine
-from fisk_sm.table import Table, TableError, load_table
+from fisk_sm.loop.actions import ACTIONS
+from fisk_sm.loop.hooks import HOOKS
+from fisk_sm.loop.run import loop_machine
+from fisk_sm.machine.evaluator import build_machine
+from fisk_sm.machine.guards import GUARDS
+from fisk_sm.machine.table import Table, TableError, load_table
 
 LOOP_STATES = ["suspend_check", "call", "journal", "decide", "budget_check", "execute", "feed_back"]
 TERMINALS = ["completed", "suspended", "budget_exhausted", "iterations_exhausted", "failed"]

@@ -8,7 +8,7 @@ from typing import Literal
 import pytest
 
 from fisk_sm import Tool, ToolBox, tool
-from fisk_sm.tools import ToolLoadError, load_tool
+from fisk_sm.tools.base import ToolLoadError, load_tool
 
 
 def test_schema_comes_from_type_hints_and_the_docstring() -> None:

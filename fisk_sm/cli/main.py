@@ -1,0 +1,181 @@
+"""The `fisk-sm` command: run an agent, draw the loop, serve the fake Messages API.
+
+Bad input never shows a traceback (unless `--debug`): it prints one line naming the file or field
+(a refused resume lists each change) and exits 2. A run exits 0 when it completed or was
+suspended, 1 when it ended otherwise, 74 when the disk failed it (the journal is intact up to its
+last record) and 130 when a second signal aborted it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from fisk_sm.cli.info import cmd_info
+from fisk_sm.cli.run import DEFAULT_PROMPT, EXIT_IO, UsageError, cmd_run
+from fisk_sm.cli.session import cmd_session
+from fisk_sm.config.agent import ConfigError
+from fisk_sm.journal.base import JournalError
+from fisk_sm.journal.filestore import JournalIOError
+from fisk_sm.loop.fingerprint import ResumeRefused
+from fisk_sm.machine.diagram import FORMATS, DiagramError, render
+from fisk_sm.machine.table import TableError, load_table
+from fisk_sm.operator.sanitize import say
+from fisk_sm.testing import ScriptError, serve
+from fisk_sm.tools.base import ToolLoadError
+
+__all__ = ["main"]
+
+EXIT_USAGE = 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser, with help for every command."""
+    parser = argparse.ArgumentParser(
+        prog="fisk-sm",
+        description="Run an Anthropic tool-using agent loop as an explicit state machine.",
+    )
+    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = sub.add_parser(
+        "run",
+        help="run an agent to its final answer",
+        description="Run the agent in agent.yaml on PROMPT. The final answer alone goes to"
+        " stdout; tool calls, warnings and the summary go to stderr.",
+    )
+    run.add_argument("-c", "--config", required=True, type=Path, help="the agent.yaml to run")
+    run.add_argument("--trace", action="store_true", help="show every state entered on stderr")
+    run.add_argument(
+        "--events", type=Path, metavar="FILE", help="also write every event as JSON Lines to FILE"
+    )
+    run.add_argument(
+        "--checkpoint",
+        action="store_true",
+        help="journal the run as a session (printed at start) so that it can be resumed",
+    )
+    run.add_argument("--name", metavar="ID", help="the session id (with --checkpoint)")
+    run.add_argument("--resume", metavar="ID", help="resume session ID (takes no prompt)")
+    run.add_argument(
+        "--force",
+        action="store_true",
+        help="with --resume: continue even though the configuration changed (not the provider)",
+    )
+    run.add_argument("--state-dir", type=Path, help="the sessions directory (default: XDG state)")
+    run.add_argument("prompt", nargs="*", help=f"the prompt (default: {DEFAULT_PROMPT!r})")
+
+    session = sub.add_parser(
+        "session",
+        help="list, show, remove or fork checkpointed sessions",
+        description="Work with the sessions of the file backend: --state-dir, else the"
+        " directory of -c agent.yaml, else $XDG_STATE_HOME/fisk-sm/runs.",
+    )
+    where = argparse.ArgumentParser(add_help=False)
+    where.add_argument("--state-dir", type=Path, help="the sessions directory")
+    where.add_argument("-c", "--config", type=Path, help="take the directory from agent.yaml")
+    ssub = session.add_subparsers(dest="session_command", required=True, metavar="ACTION")
+    ls = ssub.add_parser("ls", parents=[where], help="list sessions, newest first")
+    ls.add_argument("--json", action="store_true", help="as JSON")
+    show = ssub.add_parser("show", parents=[where], help="show one session")
+    show.add_argument("id")
+    show.add_argument("--transcript", action="store_true", help="also the conversation")
+    rm = ssub.add_parser("rm", parents=[where], help="delete a session")
+    rm.add_argument("id")
+    fork = ssub.add_parser(
+        "fork",
+        parents=[where],
+        help="copy the first SEQ records of a session into a new one",
+        description="Time travel: a new session NEW whose journal is the first SEQ records of"
+        " ID; resume it with `fisk-sm run --resume NEW`.",
+    )
+    fork.add_argument("id")
+    fork.add_argument("--at", type=int, required=True, metavar="SEQ", help="records to keep")
+    fork.add_argument("--name", required=True, metavar="NEW", help="the new session id")
+
+    info = sub.add_parser(
+        "info",
+        help="describe an agent: model, tools (kind, tags, gated), backends",
+        description="Describe agent.yaml without calling the model: the model section, the"
+        " tools offered (name, kind, description, tags, gated or not) and the session and"
+        " memory backends.",
+    )
+    info.add_argument("-c", "--config", required=True, type=Path, help="the agent.yaml")
+
+    diagram = sub.add_parser(
+        "diagram",
+        help="draw the loop's state machine",
+        description="Render states/agent_loop.yaml as a diagram (to stdout unless -o).",
+    )
+    diagram.add_argument("--format", choices=FORMATS, default="mermaid", help="default: mermaid")
+    diagram.add_argument("-o", "--output", type=Path, help="write to this file")
+
+    fake = sub.add_parser(
+        "fake-api",
+        help="serve a scripted fake Messages API on loopback",
+        description="Serve scripted replies (YAML or JSON list) as the Anthropic Messages API on"
+        " 127.0.0.1, for offline demos and tests. Point llm.base_url at it.",
+    )
+    fake.add_argument("--script", required=True, help="the reply script (YAML or JSON)")
+    fake.add_argument("--port", type=int, default=0, help="port (default: any free port)")
+    fake.add_argument("--host", default="127.0.0.1", help="loopback address (default 127.0.0.1)")
+    return parser
+
+
+def cmd_diagram(args: argparse.Namespace) -> int:
+    """`fisk-sm diagram`."""
+    text = render(load_table(), args.format)
+    if args.output:
+        args.output.write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def cmd_fake_api(args: argparse.Namespace) -> int:
+    """`fisk-sm fake-api`."""
+    return serve(args.script, host=args.host, port=args.port)
+
+
+COMMANDS = {
+    "run": cmd_run,
+    "session": cmd_session,
+    "info": cmd_info,
+    "diagram": cmd_diagram,
+    "fake-api": cmd_fake_api,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `fisk-sm` console script."""
+    args = build_parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except KeyboardInterrupt:
+        say("fisk-sm: interrupted")
+        return 130
+    except (JournalIOError, OSError) as exc:  # the disk, not the input: a code of its own
+        if args.debug:
+            raise
+        say(f"fisk-sm: {exc}")
+        return EXIT_IO
+    except (
+        ConfigError,
+        JournalError,
+        ResumeRefused,
+        ToolLoadError,
+        ScriptError,
+        TableError,
+        DiagramError,
+        UsageError,
+        ValueError,
+    ) as exc:
+        if args.debug:
+            raise
+        say(f"fisk-sm: {exc}")
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,166 @@
+"""The `harness:` block of agent.yaml: sessions, the confirm gate, human in the loop, memory
+and tool selection. Frozen attrs classes, structured by `fisk_sm.config.agent`'s converter."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+import attrs
+
+from fisk_sm.config.errors import check, show
+
+__all__ = [
+    "HarnessConfig",
+    "HumanInTheLoop",
+    "MemoryConfig",
+    "MemoryOptions",
+    "NatsConfig",
+    "RemoteHost",
+    "SessionOptions",
+    "Sessions",
+    "ToolRules",
+    "ToolSelection",
+]
+
+
+def _bad_regexes(patterns: Sequence[str]) -> str | None:
+    for pattern in patterns:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            return f"invalid regex {show(pattern)}: {exc}"
+    return None
+
+
+def _tidy_tags(tags: Sequence[str]) -> tuple[str, ...]:
+    """Trimmed, empty ones dropped, first occurrence kept."""
+    return tuple(dict.fromkeys(t.strip() for t in tags if t.strip()))
+
+
+@attrs.frozen
+class SessionOptions:
+    """Options of the session backend."""
+
+    #: The file backend's directory; relative paths are taken from the config's folder.
+    directory: str | None = None
+
+
+@attrs.frozen
+class Sessions:
+    """Where checkpointed runs keep their journals."""
+
+    backend: str = attrs.field(
+        default="file",
+        validator=check(lambda v: None if v == "file" else f"must be 'file', got {show(v)}"),
+    )
+    options: SessionOptions = SessionOptions()
+
+
+@attrs.frozen
+class HumanInTheLoop:
+    """The ask_human_* tools."""
+
+    enabled: bool = False
+
+
+@attrs.frozen
+class MemoryOptions:
+    """Options of the memory backend."""
+
+    #: The file backend's directory; relative paths are taken from the config's folder.
+    directory: str | None = None
+
+
+@attrs.frozen
+class MemoryConfig:
+    """The memory_* tools and the index of stored memories in the system prompt."""
+
+    enabled: bool = False
+    backend: str = attrs.field(
+        default="file",
+        validator=check(lambda v: None if v == "file" else f"must be 'file', got {show(v)}"),
+    )
+    no_index: bool = False
+    options: MemoryOptions = MemoryOptions()
+
+
+@attrs.frozen
+class ToolRules:
+    """Tools matched by a name regex (searched anywhere in the name) or carrying a tag."""
+
+    names: tuple[str, ...] = attrs.field(default=(), validator=check(_bad_regexes))
+    tags: tuple[str, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        """No rule at all."""
+        return not self.names and not self.tags
+
+    def match(self, name: str, tags: Sequence[str]) -> bool:
+        """Whether a tool with `name` and `tags` matches any rule."""
+        return any(re.search(p, name) for p in self.names) or any(t in self.tags for t in tags)
+
+
+@attrs.frozen
+class ToolSelection:
+    """Which tools are offered: those matching `include` (all, if it is empty), less those
+    matching `exclude`. A tool tagged `ai:deny` is never offered."""
+
+    include: ToolRules = ToolRules()
+    exclude: ToolRules = ToolRules()
+
+    def offers(self, name: str, tags: Sequence[str]) -> bool:
+        """Whether a tool with `name` and `tags` is offered to the model."""
+        if "ai:deny" in tags:
+            return False
+        if not self.include.empty and not self.include.match(name, tags):
+            return False
+        return not self.exclude.match(name, tags)
+
+
+_ALIAS_RE = re.compile(r"[a-zA-Z0-9_-]+")
+_SUBJECT_RE = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*")
+
+
+@attrs.frozen
+class RemoteHost:
+    """A host of remote tools, reached over NATS request/reply under `subject`."""
+
+    alias: str = attrs.field(
+        validator=check(
+            lambda v: (
+                None if _ALIAS_RE.fullmatch(v) else f"must match [a-zA-Z0-9_-]+, got {show(v)}"
+            )
+        )
+    )
+    subject: str = attrs.field(
+        validator=check(
+            lambda v: (
+                None
+                if _SUBJECT_RE.fullmatch(v)
+                else f"not a NATS subject without wildcards: {show(v)}"
+            )
+        )
+    )
+
+
+@attrs.frozen
+class NatsConfig:
+    """Where the NATS server is (for remote tools)."""
+
+    url: str = "nats://127.0.0.1:4222"
+
+
+@attrs.frozen
+class HarnessConfig:
+    """Settings of the harness around the loop."""
+
+    sessions: Sessions = Sessions()
+    #: Tags that put a tool behind the confirm gate (exact match), besides `ai:confirm`.
+    confirm_tags: tuple[str, ...] = attrs.field(default=(), converter=_tidy_tags)
+    human_in_the_loop: HumanInTheLoop = HumanInTheLoop()
+    memory: MemoryConfig = MemoryConfig()
+    tools: ToolSelection = ToolSelection()
+    #: The working directory of exec tools (relative to the config's folder); default: cwd.
+    work_dir: str | None = None

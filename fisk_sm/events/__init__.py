@@ -1,0 +1,1 @@
+"""Typed events and the adapters that deliver them (structlog, JSON Lines)."""

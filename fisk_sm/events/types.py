@@ -1,0 +1,179 @@
+"""Typed events: what a run reports. The loop never renders anything.
+
+Events are frozen attrs records emitted from the state-entry hooks named in the table and from
+tool dispatch, to anything with an `emit(event)` method (`Events`). Adapters decide how they
+look: `Recorder` keeps them for tests, `fisk_sm.events.adapters.StructlogEvents` logs them, and
+`fisk_sm.cli.lineui.LineUI` draws the command line's output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, Protocol, TypeVar
+
+import attrs
+
+__all__ = [
+    "Event",
+    "Events",
+    "Fanout",
+    "MessageReceived",
+    "Recorder",
+    "RunEnded",
+    "RunResumed",
+    "RunStarted",
+    "StateEntered",
+    "ToolCalled",
+    "ToolFinished",
+    "Warning",
+]
+
+
+@attrs.frozen
+class Event:
+    """Base of every event: the run it belongs to."""
+
+    run_id: str
+
+    @property
+    def kind(self) -> str:
+        """The event's name in snake case, as logs and JSON streams show it."""
+        name = type(self).__name__
+        return "".join("_" + c.lower() if c.isupper() else c for c in name).lstrip("_")
+
+    def fields(self) -> dict[str, Any]:
+        """The event's fields, run_id included."""
+        return attrs.asdict(self, recurse=False)
+
+
+@attrs.frozen
+class RunStarted(Event):
+    """A run is about to take its first step."""
+
+    model: str
+    tools: tuple[str, ...]
+    thinking: bool
+    resumed: bool = False
+
+
+@attrs.frozen
+class RunResumed(Event):
+    """A session was folded from its journal and continues in `state`."""
+
+    state: str
+    iteration: int
+    messages: tuple[dict[str, Any], ...]
+    status: str
+
+
+@attrs.frozen
+class StateEntered(Event):
+    """The run entered `state` (one event per entry, the initial state included)."""
+
+    state: str
+    iteration: int
+
+
+@attrs.frozen
+class MessageReceived(Event):
+    """The model replied; `terminal` is true when this turn ends the run."""
+
+    iteration: int
+    stop_reason: str | None
+    terminal: bool
+    text: str
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int
+    cache_create_tokens: int
+
+
+@attrs.frozen
+class ToolCalled(Event):
+    """A tool is about to run (not emitted for rejected calls)."""
+
+    name: str
+    tool_use_id: str
+    input: dict[str, Any]
+    tool_kind: str = ""
+    agent: str = ""
+
+
+@attrs.frozen
+class ToolFinished(Event):
+    """A tool that ran has returned."""
+
+    name: str
+    tool_use_id: str
+    output: str
+    is_error: bool
+
+
+@attrs.frozen
+class Warning(Event):
+    """Something the operator should know that does not stop the run."""
+
+    warning: str
+    name: str = ""
+    detail: str = ""
+
+
+@attrs.frozen
+class RunEnded(Event):
+    """The run reached a terminal state."""
+
+    state: str
+    message: str | None
+    answer: str
+    model: str
+    llm_calls: int
+    tool_calls: int
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int
+    cache_create_tokens: int
+    seconds: float
+    tool_kinds: tuple[tuple[str, int], ...] = ()
+
+
+class Events(Protocol):
+    """A sink for events. `emit` must not block the loop for long."""
+
+    def emit(self, event: Event) -> None: ...
+
+
+E = TypeVar("E", bound=Event)
+
+
+@attrs.define
+class Recorder:
+    """Keeps every event in order; for tests and debuggers."""
+
+    events: list[Event] = attrs.Factory(list)
+
+    def emit(self, event: Event) -> None:
+        """Record `event`."""
+        self.events.append(event)
+
+    def of(self, kind: type[E]) -> list[E]:
+        """The recorded events of one type, in order."""
+        return [e for e in self.events if isinstance(e, kind)]
+
+    def states(self) -> list[str]:
+        """The states entered, in order."""
+        return [e.state for e in self.of(StateEntered)]
+
+    def __iter__(self) -> Iterator[Event]:
+        return iter(self.events)
+
+
+@attrs.frozen
+class Fanout:
+    """Sends each event to several sinks in turn."""
+
+    sinks: tuple[Events, ...]
+
+    def emit(self, event: Event) -> None:
+        """Pass `event` to every sink."""
+        for sink in self.sinks:
+            sink.emit(event)

@@ -1,0 +1,1 @@
+"""Durable runs: records, the journal protocol, fold, the file store and the state dir."""

@@ -1,0 +1,417 @@
+"""The file backend of sessions: one JSON Lines journal per session, locked while a run owns it.
+
+`<dir>/<id>.json` is the journal (0600), `<dir>/<id>.lock` its flock; the directory is 0700. `open`
+truncates a torn last line so the next append starts clean, but only once the file is known to be
+readable by this version; a bad interior line is an error. Journals and locks are opened with
+`O_NOFOLLOW` and `O_NONBLOCK`, and anything but a regular file is refused, so a planted symlink or
+FIFO is never followed, written through or waited on.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import fcntl
+import json
+import os
+import re
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import attrs
+
+from fisk_sm.journal.base import JournalError, check_append
+from fisk_sm.journal.fold import FoldError, fold
+from fisk_sm.journal.records import FORMAT_VERSION, Meta, Record, Terminal, decode, encode
+from fisk_sm.journal.snapshot import Snapshot
+from fisk_sm.journal.statedir import (
+    UnsafeFileError,
+    fsync_directory,
+    make_private_directory,
+    open_regular,
+    state_home,
+)
+
+__all__ = [
+    "CorruptJournalError",
+    "FileJournal",
+    "FileStore",
+    "InvalidIdError",
+    "JournalIOError",
+    "SessionExistsError",
+    "SessionInfo",
+    "SessionLockedError",
+    "SessionNotFoundError",
+    "check_run_id",
+    "default_directory",
+    "fold_journal",
+]
+
+_ID = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_-]*")
+_MAX_ID = 128
+
+
+class JournalIOError(JournalError):
+    """The disk failed us (full, read-only, permissions): not bad input, and the journal is
+    intact up to its last durable record."""
+
+
+class InvalidIdError(JournalError):
+    """A session id that does not match `^[a-zA-Z0-9][a-zA-Z0-9_-]*$` or is over 128 chars."""
+
+
+class SessionExistsError(JournalError):
+    """Creating a session whose journal already exists."""
+
+
+class SessionNotFoundError(JournalError):
+    """Opening, loading or deleting a session that has no journal."""
+
+
+class SessionLockedError(JournalError):
+    """The session's lock is held (another run owns it)."""
+
+
+class CorruptJournalError(JournalError):
+    """A journal with a bad interior line; the message names the file and 1-based line."""
+
+
+def _one_line(text: object) -> str:
+    """`text` with all whitespace runs (newlines included) collapsed to one space."""
+    return " ".join(str(text).split())
+
+
+def check_run_id(run_id: str) -> str:
+    """Return `run_id` if it is a valid session id, else raise `InvalidIdError`."""
+    if len(run_id) > _MAX_ID or _ID.fullmatch(run_id) is None:
+        raise InvalidIdError(
+            f"invalid session id {run_id[: _MAX_ID + 8]!r}: must match "
+            f"^[a-zA-Z0-9][a-zA-Z0-9_-]*$ and be at most {_MAX_ID} characters"
+        )
+    return run_id
+
+
+def default_directory(env: Mapping[str, str] | None = None) -> Path:
+    """`$XDG_STATE_HOME/fisk-sm/runs` if set and absolute, else `~/.local/state/fisk-sm/runs`."""
+    return state_home(env) / "runs"
+
+
+@attrs.frozen
+class SessionInfo:
+    """One row of `FileStore.list()`."""
+
+    run_id: str
+    model: str
+    status: str  # "open" without a terminal record, else the last terminal reason; "damaged"
+    updated: float  # the journal's mtime
+    prompt: str
+    records: int
+    #: Why a damaged session cannot be read (its status is "damaged"); empty otherwise.
+    problem: str = ""
+
+
+def _parse(path: Path, data: bytes) -> tuple[builtins.list[Record], int]:
+    """A journal's good records and the byte offset where they end (a torn last line left out).
+
+    A bad interior line, a seq out of step or a misplaced meta is a `CorruptJournalError`.
+    """
+    lines = data.split(b"\n")
+    lines.pop()  # the text after the last newline, if any: a write cut short, dropped
+    if lines:
+        _check_version(path, lines[0])
+    records: list[Record] = []
+    end = 0
+    for number, line in enumerate(lines, start=1):
+        try:
+            record = decode(line)
+        except ValueError as exc:
+            # Only text after the last newline can be a torn write (the newline is the last
+            # byte written); a complete line that does not decode is corruption, or a record
+            # of a newer format that must not be thrown away.
+            raise CorruptJournalError(f"{path}: line {number}: {_one_line(exc)}") from None
+        if record.seq != number:
+            raise CorruptJournalError(f"{path}: line {number}: seq {record.seq}, expected {number}")
+        if (number == 1) != isinstance(record, Meta):
+            what = "first record is not meta" if number == 1 else "meta record after line 1"
+            raise CorruptJournalError(f"{path}: line {number}: {what}")
+        records.append(record)
+        end += len(line) + 1
+    return records, end
+
+
+def _check_version(path: Path, first: bytes) -> None:
+    """Refuse a journal of another format version before anything else reads (or cuts) it."""
+    try:
+        version = json.loads(first).get("version")
+    except (ValueError, AttributeError):
+        return  # not a meta line at all: decoding reports it
+    if isinstance(version, int) and version != FORMAT_VERSION:
+        raise CorruptJournalError(
+            f"{path}: journal format version {version} (this fisk-sm reads {FORMAT_VERSION});"
+            " the file was left unchanged"
+        )
+
+
+def fold_journal(path: Path, records: builtins.list[Record]) -> Snapshot:
+    """`fold`, with a refusal naming the journal's file."""
+    try:
+        return fold(records)
+    except FoldError as exc:
+        raise CorruptJournalError(f"{path}: {exc}") from None
+
+
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    while chunk := os.read(fd, 1 << 20):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _not_found(run_id: str, path: Path) -> SessionNotFoundError:
+    return SessionNotFoundError(f"session '{run_id}' not found: {path}")
+
+
+@contextlib.contextmanager
+def _errors(path: Path, run_id: str = "") -> Iterator[None]:
+    """Re-raise an OSError as a one-line `JournalError` naming `path` (or as not-found)."""
+    try:
+        yield
+    except FileNotFoundError as exc:
+        if run_id:
+            raise _not_found(run_id, path) from None
+        raise JournalError(f"{path}: {_one_line(exc)}") from exc
+    except UnsafeFileError as exc:  # a planted file: bad input, not a failing disk
+        raise JournalError(f"{path}: {exc.strerror}") from None
+    except OSError as exc:
+        raise JournalIOError(f"{path}: {_one_line(exc.strerror or exc)}") from exc
+
+
+@attrs.define(eq=False)
+class FileJournal:
+    """An open session journal: appends are durable (fsync) before they return.
+
+    It holds the session lock until closed. `records` are the records the journal held when it
+    was handed out (read at open, or the meta at create); appends do not extend it.
+    """
+
+    path: Path
+    _fd: int = attrs.field(repr=False)
+    _lock_fd: int = attrs.field(repr=False)
+    records: builtins.list[Record]
+    _last_seq: int = 0
+    _broken: bool = False
+    _closed: bool = False
+
+    @property
+    def last_seq(self) -> int:
+        """The seq of the last record known durable (0 when empty)."""
+        return self._last_seq
+
+    def append_sync(self, record: Record) -> None:
+        """Append under the append contract: write one line, fsync, then advance `last_seq`.
+
+        After a failed write the journal refuses further appends (the file's tail is unknown);
+        reopen the session, which truncates a torn line.
+        """
+        if self._closed or self._broken:
+            why = "closed" if self._closed else "broken by a failed write; reopen it"
+            raise JournalError(f"{self.path}: journal is {why}")
+        try:
+            if not check_append(self._last_seq, record):
+                return
+        except JournalError as exc:
+            raise JournalError(f"{self.path}: {exc}") from None
+        view = memoryview((encode(record) + "\n").encode())
+        try:
+            while view:
+                view = view[os.write(self._fd, view) :]
+            os.fsync(self._fd)
+        except OSError as exc:
+            self._broken = True
+            raise JournalIOError(
+                f"{self.path}: append of seq {record.seq} failed: {_one_line(exc.strerror or exc)}"
+            ) from exc
+        self._last_seq = record.seq
+
+    async def append(self, record: Record) -> None:
+        """The `Journal` protocol's append: `append_sync` (it blocks for the fsync)."""
+        self.append_sync(record)
+
+    def close_sync(self) -> None:
+        """Close the journal and release the lock; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            os.close(self._fd)
+        finally:
+            os.close(self._lock_fd)
+
+    async def close(self) -> None:
+        """The `Journal` protocol's close: `close_sync`."""
+        self.close_sync()
+
+    def __enter__(self) -> FileJournal:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close_sync()
+
+
+@attrs.frozen
+class FileStore:
+    """Sessions as JSON Lines files in `directory`."""
+
+    directory: Path = attrs.field(converter=Path)
+
+    def path(self, run_id: str) -> Path:
+        """The journal of `run_id`: `<dir>/<id>.json` (the id is checked first)."""
+        return self.directory / f"{check_run_id(run_id)}.json"
+
+    def lock_path(self, run_id: str) -> Path:
+        """The lock file of `run_id`: `<dir>/<id>.lock`."""
+        return self.directory / f"{check_run_id(run_id)}.lock"
+
+    def ensure_directory(self) -> None:
+        """Create the directory and its missing parents (mode 0700); an existing one is kept."""
+        make_private_directory(self.directory)
+
+    def _lock(self, run_id: str) -> int:
+        """Take the session's lock without blocking; the lock fd, or `SessionLockedError`."""
+        lock_path = self.lock_path(run_id)
+        with _errors(lock_path):
+            fd = open_regular(lock_path, os.O_RDONLY | os.O_CREAT)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            # A delete may have unlinked the lock file between our open and flock.
+            if not os.path.lexists(lock_path) or lock_path.lstat().st_ino != os.fstat(fd).st_ino:
+                raise SessionLockedError(f"session '{run_id}' is being deleted")
+        except BlockingIOError:
+            os.close(fd)
+            raise SessionLockedError(f"session '{run_id}' is locked by another run") from None
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def create(self, meta: Meta) -> FileJournal:
+        """Create session `meta.run_id` with `meta` (seq 1) as its first, durable record."""
+        run_id = check_run_id(meta.run_id)
+        if meta.seq != 1:
+            raise ValueError(f"session '{run_id}': meta must have seq 1, got {meta.seq}")
+        path = self.path(run_id)
+        if os.path.lexists(path):
+            raise SessionExistsError(f"session '{run_id}' already exists: {path}")
+        with _errors(path), contextlib.ExitStack() as undo:
+            self.ensure_directory()
+            lock_fd = self._lock(run_id)
+            undo.callback(os.close, lock_fd)
+            try:
+                fd = open_regular(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND)
+            except FileExistsError:
+                raise SessionExistsError(f"session '{run_id}' already exists: {path}") from None
+            undo.callback(os.close, fd)
+            undo.callback(path.unlink, missing_ok=True)  # a failed create leaves nothing behind
+            os.fchmod(fd, 0o600)  # the umask may have taken bits off
+            journal = FileJournal(path, fd, lock_fd, [meta])
+            journal.append_sync(meta)
+            fsync_directory(self.directory)  # make the new file's directory entry durable
+            undo.pop_all()
+        return journal
+
+    def open(self, run_id: str) -> FileJournal:
+        """Open session `run_id` for appending: lock it, validate it, truncate a torn last line.
+
+        A corrupt journal raises `CorruptJournalError` with the file unchanged and the lock freed.
+        """
+        path = self.path(run_id)
+        if not os.path.lexists(path):
+            raise _not_found(run_id, path)
+        with _errors(path, run_id), contextlib.ExitStack() as undo:
+            lock_fd = self._lock(run_id)
+            undo.callback(os.close, lock_fd)
+            fd = open_regular(path, os.O_RDWR | os.O_APPEND)
+            undo.callback(os.close, fd)
+            data = _read_all(fd)  # under the lock: no writer but us
+            records, end = _parse(path, data)  # refuses before a byte is cut
+            if end < len(data):
+                os.ftruncate(fd, end)
+                os.fsync(fd)
+            undo.pop_all()
+        return FileJournal(path, fd, lock_fd, records, len(records))
+
+    def load(self, run_id: str) -> builtins.list[Record]:
+        """Read session `run_id` without locking or changing it (a torn last line is dropped)."""
+        path = self.path(run_id)
+        with _errors(path, run_id):
+            fd = open_regular(path, os.O_RDONLY)
+            try:
+                data = _read_all(fd)
+            finally:
+                os.close(fd)
+        return _parse(path, data)[0]
+
+    def snapshot(self, run_id: str) -> Snapshot:
+        """The folded state of session `run_id` (read without locking or changing it)."""
+        return fold_journal(self.path(run_id), self.load(run_id))
+
+    def delete(self, run_id: str) -> None:
+        """Remove the session's journal and lock file; refused while another run holds it."""
+        path = self.path(run_id)
+        if not os.path.lexists(path):
+            raise _not_found(run_id, path)
+        lock_fd = self._lock(run_id)
+        try:
+            with _errors(path, run_id):
+                path.unlink()
+                self.lock_path(run_id).unlink(missing_ok=True)
+        finally:
+            os.close(lock_fd)
+
+    def fork(self, run_id: str, at_seq: int, new_id: str) -> None:
+        """Create session `new_id` from the first `at_seq` records of `run_id`."""
+        check_run_id(new_id)
+        records = self.load(run_id)
+        if not 1 <= at_seq <= len(records):
+            raise ValueError(
+                f"fork of session '{run_id}' at seq {at_seq}: must be between 1 and {len(records)}"
+            )
+        meta = records[0]
+        assert isinstance(meta, Meta)  # _parse guarantees it
+        with self.create(attrs.evolve(meta, run_id=new_id)) as journal:
+            try:
+                for record in records[1:at_seq]:
+                    journal.append_sync(record)
+            except BaseException:
+                journal.path.unlink(missing_ok=True)  # no half-written fork left behind
+                raise
+
+    def list(self) -> builtins.list[SessionInfo]:
+        """Every session, newest first; one that cannot be read is listed as damaged, with why.
+
+        A planted file (a FIFO, a symlink) or a corrupt journal never stops the listing.
+        """
+        try:
+            paths = builtins.list(self.directory.glob("*.json"))
+        except OSError:
+            return []
+        infos = [self._info(path) for path in paths]
+        infos.sort(key=lambda info: (-info.updated, info.run_id))
+        return infos
+
+    def _info(self, path: Path) -> SessionInfo:
+        try:
+            updated = path.lstat().st_mtime
+        except OSError:
+            updated = 0.0
+        try:
+            records = self.load(path.stem)
+        except (OSError, JournalError) as exc:  # an invalid id, a planted file, corrupt
+            reason = _one_line(exc).removeprefix(f"{path}: ")
+            return SessionInfo(path.stem, "", "damaged", updated, "", 0, reason)
+        meta = records[0]
+        assert isinstance(meta, Meta)  # _parse guarantees it
+        ends = [r.reason for r in records if isinstance(r, Terminal)]
+        model = str(meta.fingerprint.get("model", ""))
+        status = ends[-1] if ends else "open"
+        return SessionInfo(path.stem, model, status, updated, meta.prompt, len(records))

@@ -1,0 +1,143 @@
+"""`fold`: the pure function from journal records to the snapshot a run resumes from.
+
+Resume is a fold followed by continuing from the folded state, so the state a journal folds to
+says where the run picks up:
+
+- no assistant turn yet, or the last turn fully answered: `suspend_check` (the next boundary);
+- the last turn journaled but none of its tools started: `decide`, so that the turn is classified
+  and the budget checked again before any tool runs (a crash between the journal write and the
+  terminal record cannot skip the budget);
+- some tools of the last turn answered or started: `execute`, with only the unanswered calls
+  pending. A call whose `tool_started` intent has no result is *interrupted*: its crash policy
+  decides whether it runs again.
+
+A `completed` terminal record makes the state `completed`; any other terminal record leaves the
+structural state, so a suspended, budget-stopped or failed run can be resumed. Only the last
+terminal record counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from fisk_sm.journal.base import JournalError
+from fisk_sm.journal.records import (
+    FORMAT_VERSION,
+    Assistant,
+    Meta,
+    Record,
+    Terminal,
+    ToolResult,
+    ToolStarted,
+    User,
+)
+from fisk_sm.journal.snapshot import Message, RunData, Snapshot, Usage, tool_uses
+
+__all__ = ["FoldError", "fold"]
+
+
+class FoldError(JournalError):
+    """The records do not form a valid journal."""
+
+
+def _merge_user(messages: list[Message], message: Message) -> None:
+    """Append a user message, merging it into a trailing user message."""
+    if messages and messages[-1]["role"] == "user":
+        last = messages[-1]
+        messages[-1] = {"role": "user", "content": _blocks(last) + _blocks(message)}
+    else:
+        messages.append(message)
+
+
+def _blocks(message: Message) -> list[dict[str, Any]]:
+    content = message["content"]
+    return [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
+
+
+def fold(records: Sequence[Record]) -> Snapshot:
+    """Fold `records` (meta first) into the snapshot a run resumes from."""
+    if not records or not isinstance(records[0], Meta):
+        raise FoldError("the journal does not start with a meta record")
+    meta = records[0]
+    if meta.version != FORMAT_VERSION:
+        raise FoldError(
+            f"journal format version {meta.version} (this fisk-sm reads {FORMAT_VERSION})"
+        )
+    data = RunData.begin(meta.run_id, meta.prompt)
+    turn: Assistant | None = None
+    started: set[str] = set()
+    terminal: Terminal | None = None
+    last_seq = meta.seq
+
+    def commit() -> None:
+        if turn is not None and data.results:
+            data.messages.append({"role": "user", "content": data.results})
+        data.results = []
+        started.clear()
+
+    for record in records[1:]:
+        if record.seq <= last_seq:
+            raise FoldError(f"seq {record.seq} after seq {last_seq}")
+        last_seq = record.seq
+        if isinstance(record, Meta):
+            raise FoldError(f"a second meta record at seq {record.seq}")
+        if isinstance(record, Assistant):
+            commit()
+            turn = record
+            usage = Usage(
+                record.input_tokens,
+                record.output_tokens,
+                record.cache_read_tokens,
+                record.cache_create_tokens,
+            )
+            data.messages.append(record.message)
+            data.turn, data.stop_reason = record.message, record.stop_reason
+            data.iteration, data.llm_calls = record.iteration + 1, data.llm_calls + 1
+            data.usage, data.last_usage = data.usage + usage, usage
+        elif isinstance(record, ToolStarted | ToolResult):
+            if turn is None:
+                raise FoldError(f"a tool record before any assistant turn at seq {record.seq}")
+            if isinstance(record, ToolStarted):
+                started.add(record.tool_use_id)
+            else:
+                data.results.append(record.result)
+                data.tool_calls += 1
+                data.tool_kinds[record.kind] = data.tool_kinds.get(record.kind, 0) + 1
+        elif isinstance(record, User):
+            commit()
+            turn = None
+            _merge_user(data.messages, record.message)
+        elif isinstance(record, Terminal):
+            terminal = record
+    state = _resume_state(data, turn, started)
+    if turn is not None and state == "suspend_check":
+        commit()
+    if terminal is not None and terminal.reason == "completed":
+        state = "completed"
+    return Snapshot.of(
+        state,
+        data,
+        status=terminal.reason if terminal else "open",
+        outcome=terminal.message if terminal else None,
+        seq=last_seq,
+        created=meta.created,
+        fingerprint=meta.fingerprint,
+    )
+
+
+def _resume_state(data: RunData, turn: Assistant | None, started: set[str]) -> str:
+    """Where a folded run continues; fills the pending batch of an open turn."""
+    if turn is None:
+        return "suspend_check"
+    answered = {r["tool_use_id"] for r in data.results}
+    uses = tool_uses(turn.message)
+    unanswered = [u for u in uses if u["id"] not in answered]
+    if uses and not unanswered:
+        return "suspend_check"
+    if not answered and not started:
+        data.pending = uses
+        return "decide"
+    data.pending = unanswered
+    data.interrupted = [u["id"] for u in unanswered if u["id"] in started]
+    return "execute"

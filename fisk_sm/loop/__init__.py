@@ -1,0 +1,1 @@
+"""The run: phase actions, entry hooks, the harness, fingerprints and sessions."""

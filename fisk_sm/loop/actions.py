@@ -1,0 +1,190 @@
+"""Phase actions: one small async function per state, named by `states/agent_loop.yaml`.
+
+An action does the I/O of its phase (the model call, one tool, the journal) and records facts on
+the run's data; it never chooses the next state, which is the guards' job. Each takes the run
+(with its `data`, `harness` and `next_seq()`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol
+
+from fisk_sm.events.types import MessageReceived, ToolCalled, ToolFinished, Warning
+from fisk_sm.journal.records import Assistant, ToolResult, ToolStarted
+from fisk_sm.journal.snapshot import RunData, Usage, tool_uses
+from fisk_sm.loop.harness import Harness
+from fisk_sm.machine.guards import REFUSED, TRUNCATED, turn_is_final
+from fisk_sm.model.anthropic import ModelError
+from fisk_sm.tools.base import Outcome, Tool
+
+__all__ = ["ACTIONS", "INTERRUPTED", "Phase"]
+
+INTERRUPTED = "outcome unknown: the run stopped while this tool was running"
+
+
+class Phase(Protocol):
+    """What an action may touch."""
+
+    data: RunData
+    harness: Harness
+    suspend_requested: bool
+
+    @property
+    def budget(self) -> Any: ...
+
+    def next_seq(self) -> int: ...
+
+
+async def check_boundary(run: Phase) -> None:
+    """Poll the harness's suspend source (a signal flag, a supervisor) at the loop boundary."""
+    if run.harness.should_suspend():
+        run.suspend_requested = True
+
+
+async def call_model(run: Phase) -> None:
+    """One model request; the iteration index is consumed even if the call fails."""
+    data = run.data
+    data.iteration += 1
+    data.error = None
+    try:
+        reply = await run.harness.model.create(run.harness.request(data.messages))
+    except ModelError as exc:
+        data.error = str(exc)
+        return
+    data.llm_calls += 1
+    data.last_usage = Usage.from_api(reply.get("usage"))
+    data.usage = data.usage + data.last_usage
+    data.turn = {"role": "assistant", "content": reply.get("content") or []}
+    data.stop_reason = reply.get("stop_reason")
+
+
+async def journal_turn(run: Phase) -> None:
+    """Append the assistant turn to the conversation and journal it, before any tool runs."""
+    data = run.data
+    turn = data.turn
+    if turn is None:  # pragma: no cover - the table only enters journal after a reply
+        raise RuntimeError("journal entered without a model reply")
+    data.messages.append(turn)
+    data.pending = tool_uses(turn)
+    data.results = []
+    u = data.last_usage
+    record = Assistant(
+        run.next_seq(),
+        data.iteration - 1,
+        turn,
+        data.stop_reason,
+        u.input_tokens,
+        u.output_tokens,
+        u.cache_read_tokens,
+        u.cache_create_tokens,
+    )
+    await run.harness.journal.append(record)
+
+
+async def decide_turn(run: Phase) -> None:
+    """Report the turn; a truncated or refused answer becomes the run's error."""
+    data = run.data
+    final = turn_is_final(run)
+    if data.stop_reason == "max_tokens":
+        data.error = TRUNCATED
+    elif final and data.stop_reason == "refusal":
+        data.error = REFUSED
+    u = data.last_usage
+    run.harness.events.emit(
+        MessageReceived(
+            data.run_id,
+            data.iteration - 1,
+            data.stop_reason,
+            final or data.stop_reason == "max_tokens",
+            data.answer(),
+            u.input_tokens,
+            u.output_tokens,
+            u.cache_read_tokens,
+            u.cache_create_tokens,
+        )
+    )
+
+
+async def account_tokens(run: Phase) -> None:
+    """Nothing to do: the guards read the usage the call already summed over four tiers."""
+
+
+async def execute_tool(run: Phase) -> None:
+    """Run the first pending tool call and journal its result the instant it ends."""
+    data = run.data
+    harness = run.harness
+    call = data.pending[0]
+    name, use_id = call["name"], call["id"]
+    arguments = call.get("input") or {}
+    data.tool_calls += 1
+    known = harness.tools.tools.get(name)
+    kind = known.kind if known is not None else "unknown"
+    data.tool_kinds[kind] = data.tool_kinds.get(kind, 0) + 1
+    outcome = await _interrupted(run, known, use_id, arguments)
+    outcome = outcome or harness.tools.rejection(name, arguments)
+    if outcome is None and known is not None:
+        outcome = await harness.gate.check(known, arguments)
+    if outcome is not None:
+        if outcome.warning:
+            harness.events.emit(Warning(data.run_id, outcome.warning, name, outcome.content))
+    else:
+        await harness.journal.append(ToolStarted(run.next_seq(), use_id, name))
+        agent = known.agent if known is not None else ""
+        called = ToolCalled(data.run_id, name, use_id, dict(arguments), kind, agent)
+        harness.events.emit(called)
+        outcome = await harness.tools.invoke(name, arguments)
+        harness.events.emit(
+            ToolFinished(data.run_id, name, use_id, outcome.content, outcome.is_error)
+        )
+    result: dict[str, Any] = {
+        "type": "tool_result",
+        "tool_use_id": use_id,
+        "content": outcome.content,
+    }
+    if outcome.is_error:
+        result["is_error"] = True
+    record = ToolResult(run.next_seq(), use_id, result, outcome.is_error, kind)
+    await harness.journal.append(record)
+    data.results.append(result)
+    data.pending.pop(0)
+
+
+async def _interrupted(
+    run: Phase, tool: Tool | None, use_id: str, arguments: Mapping[str, Any]
+) -> Outcome | None:
+    """A call that was running when the process died, under a crash policy other than retry.
+
+    `fail` answers it as an error without running it; `ask` runs it again only if the
+    operator says so through the confirm gate's prompter.
+    """
+    interrupted = run.data.interrupted
+    if use_id not in interrupted:
+        return None
+    interrupted.remove(use_id)
+    if tool is None or tool.crash_policy == "retry":
+        return None
+    if tool.crash_policy == "ask" and await run.harness.gate.may_rerun(tool, arguments):
+        return None
+    return Outcome(INTERRUPTED, is_error=True, ran=False, warning="tool_interrupted")
+
+
+async def feed_back_results(run: Phase) -> None:
+    """All results of the turn become one user message, the next call's input."""
+    data = run.data
+    data.messages.append({"role": "user", "content": list(data.results)})
+    data.results = []
+
+
+ACTIONS: dict[str, Callable[[Any], Awaitable[None]]] = {
+    f.__name__: f
+    for f in (
+        check_boundary,
+        call_model,
+        journal_turn,
+        decide_turn,
+        account_tokens,
+        execute_tool,
+        feed_back_results,
+    )
+}

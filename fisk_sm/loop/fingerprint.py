@@ -1,0 +1,89 @@
+"""The resume fingerprint and the resume gate (what may change between a run and its resume).
+
+The fingerprint covers what would make a resumed run a different run: the provider, the model,
+the system prompt, the tool set, the thinking mode and the two budgets that bound the run. It
+leaves out what may safely change: `call_timeout`, `max_output_tokens` and the resume reminder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from fisk_sm.loop.harness import Harness
+
+__all__ = ["ResumeRefused", "check_resume", "fingerprint"]
+
+
+class ResumeRefused(Exception):
+    """A session cannot be resumed; the message says why, and what to do."""
+
+
+def _digest(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def fingerprint(harness: Harness) -> dict[str, Any]:
+    """The fingerprint of a run built on `harness` (before any resume reminder is added)."""
+    llm = harness.config.llm
+    return {
+        "provider": llm.provider,
+        "model": llm.model,
+        "system_hash": _digest(list(harness.system)),
+        "tools_hash": _digest(list(harness.tool_definitions)),
+        "thinking": "adaptive" if llm.thinking.enabled else "off",
+        "max_tokens": llm.budget.max_tokens,
+        "max_iterations": llm.budget.max_iterations,
+    }
+
+
+def _changes(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
+    lines = []
+    if saved.get("model") != current["model"]:
+        lines.append(f"model: {saved.get('model')} -> {current['model']}")
+    if saved.get("system_hash") != current["system_hash"]:
+        lines.append("system prompt: changed")
+    if saved.get("tools_hash") != current["tools_hash"]:
+        lines.append("tool set: changed")
+    for key, label in (
+        ("thinking", "thinking"),
+        ("max_tokens", "max_tokens"),
+        ("max_iterations", "max_iterations"),
+    ):
+        if saved.get(key) != current[key]:
+            lines.append(f"{label}: {saved.get(key)} -> {current[key]}")
+    return lines
+
+
+def check_resume(
+    run_id: str,
+    saved: Mapping[str, Any],
+    current: Mapping[str, Any],
+    *,
+    completed: bool,
+    force: bool = False,
+) -> None:
+    """Refuse a resume as the reference does: completed, provider change, then drift."""
+    if completed:
+        raise ResumeRefused(f'session "{run_id}" has already completed and cannot be resumed')
+    if saved.get("provider") != current["provider"]:
+        raise ResumeRefused(
+            f'cannot resume "{run_id}": it was started with provider "{saved.get("provider")}"'
+            f' but the current configuration uses "{current["provider"]}"; a run cannot change'
+            " provider, and --force does not apply"
+        )
+    changes = _changes(saved, current)
+    if changes and not force:
+        raise ResumeRefused(
+            "\n".join(
+                [
+                    f'cannot resume "{run_id}", the configuration changed since it was saved:',
+                    *(f"  {line}" for line in changes),
+                    "re-run against the original configuration, or pass --force to continue"
+                    " with the current one",
+                ]
+            )
+        )

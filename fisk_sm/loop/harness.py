@@ -1,0 +1,147 @@
+"""The infrastructure of a run: everything rebuilt from config on every start or resume.
+
+A `Harness` holds what a run uses but does not own as data: the model client, the tool box, the
+confirm gate, the journal, the event sink and the system blocks. Keeping it apart from `RunData`
+is what makes a run resumable: the data is persisted, the harness is rebuilt.
+
+Tools come from agent.yaml (Python functions and exec commands), from code, and from the
+built-ins that the harness block enables (the ask_human_* and memory_* tools); then the tool
+selection keeps those offered to the model. `system` is fingerprinted; `context` (the memory
+index, the resume reminder) is sent after it but may change between a run and its resume.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import attrs
+
+from fisk_sm.config.agent import AgentConfig, ConfigError, ToolSpec
+from fisk_sm.events.types import Events, Recorder
+from fisk_sm.journal.base import Journal, MemoryJournal
+from fisk_sm.model.anthropic import AnthropicModel, ModelClient, ModelRequest, build_request
+from fisk_sm.operator.prompter import NoOperator, Prompter
+from fisk_sm.tools.base import Tool, ToolBox, ToolLoadError, load_tool
+from fisk_sm.tools.exec import exec_tool
+from fisk_sm.tools.gate import Gate
+from fisk_sm.tools.hitl import HITL_NOTE, hitl_tools
+from fisk_sm.tools.memory import (
+    MEMORY_NOTE,
+    MemoryStore,
+    default_memory_directory,
+    memory_index,
+    memory_tools,
+)
+
+__all__ = ["Harness", "configured_tools"]
+
+
+def _never() -> bool:
+    return False
+
+
+def _text(text: str) -> dict[str, Any]:
+    return {"type": "text", "text": text}
+
+
+def configured_tools(config: AgentConfig) -> list[Tool]:
+    """The tools agent.yaml declares, in order: Python functions and exec commands.
+
+    A Python tool that cannot be imported (a syntax error, an exception or `sys.exit` at import,
+    a missing module or function) is a `ConfigError` naming agent.yaml and `tools[N]`.
+    """
+    tools = []
+    for index, spec in enumerate(config.tools):
+        if isinstance(spec, ToolSpec):
+            try:
+                loaded = load_tool(spec.python, config.base_dir, spec.crash_policy, spec.tags)
+            except ToolLoadError as exc:
+                source = str(config.path) if config.path is not None else "<config>"
+                raise ConfigError(source, f"tools[{index}].python", str(exc)) from None
+            tools.append(loaded)
+        else:
+            tools.append(exec_tool(spec, work_dir=config.work_dir))
+    return tools
+
+
+def memory_store(config: AgentConfig) -> MemoryStore:
+    """The memory store of `config`'s identity."""
+    directory = config.memory_directory or default_memory_directory(config.identity)
+    return MemoryStore(directory)
+
+
+@attrs.define
+class Harness:
+    """What a run needs besides its data."""
+
+    config: AgentConfig
+    model: ModelClient
+    tools: ToolBox
+    journal: Journal
+    events: Events
+    gate: Gate = attrs.field(factory=lambda: Gate(NoOperator()))
+    should_suspend: Callable[[], bool] = _never
+    system: tuple[dict[str, Any], ...] = ()
+    context: tuple[dict[str, Any], ...] = ()
+    tool_definitions: tuple[dict[str, Any], ...] = ()
+    warnings: tuple[tuple[str, str, str], ...] = ()
+
+    @classmethod
+    def build(
+        cls,
+        config: AgentConfig,
+        *,
+        model: ModelClient | None = None,
+        tools: Iterable[Tool] = (),
+        journal: Journal | None = None,
+        events: Events | None = None,
+        should_suspend: Callable[[], bool] | None = None,
+        prompter: Prompter | None = None,
+    ) -> Harness:
+        """Build from config: agent.yaml's tools, then `tools` given in code, then built-ins."""
+        prompter = prompter or NoOperator()
+        harness = config.harness
+        candidates = [*configured_tools(config), *tools]
+        system = [_text(config.system_prompt)] if config.system_prompt else []
+        context = []
+        warnings: list[tuple[str, str, str]] = []
+        if harness.human_in_the_loop.enabled:
+            candidates += hitl_tools(prompter)
+            system.append(_text(HITL_NOTE))
+            if not prompter.available:
+                warnings.append(("hitl_no_terminal", "", "nobody can answer ask_human_* tools"))
+        if harness.memory.enabled:
+            store = memory_store(config)
+            candidates += memory_tools(store)
+            system.append(_text(MEMORY_NOTE))
+            if not harness.memory.no_index:
+                try:
+                    context.append(_text(memory_index(store)))
+                except OSError as exc:
+                    warnings.append(("memory_index", "", str(exc)))
+        offered = [t for t in candidates if harness.tools.offers(t.name, t.tags)]
+        box = ToolBox.of(offered)
+        gate = Gate(prompter, harness.confirm_tags)
+        gated = gate.gated_tools(offered)
+        if gated and not prompter.available:
+            warnings.append(("confirm_no_terminal", ", ".join(gated), f"{len(gated)} gated"))
+        warnings += [("confirm_tag_unmatched", tag, "") for tag in gate.unmatched_tags(offered)]
+        return cls(
+            config=config,
+            model=model or AnthropicModel(config.llm),
+            tools=box,
+            journal=journal if journal is not None else MemoryJournal(),
+            events=events if events is not None else Recorder(),
+            gate=gate,
+            should_suspend=should_suspend or _never,
+            system=tuple(system),
+            context=tuple(context),
+            tool_definitions=tuple(box.definitions),
+            warnings=tuple(warnings),
+        )
+
+    def request(self, messages: list[dict[str, Any]]) -> ModelRequest:
+        """The next model request over `messages`."""
+        system = self.system + self.context if self.context else self.system
+        return build_request(self.config.llm, system, self.tool_definitions, messages)

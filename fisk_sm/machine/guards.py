@@ -1,0 +1,91 @@
+"""Guards: pure predicates over a run, named by `states/agent_loop.yaml`.
+
+Each takes the run (anything with `data`, `budget` and `suspend_requested`) and returns a bool;
+none does I/O or changes anything. `terminal_message` is the matching pure function that says
+why a run ended.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from fisk_sm.config.agent import Budget
+from fisk_sm.journal.snapshot import RunData
+
+__all__ = ["GUARDS", "Facts", "terminal_message"]
+
+TRUNCATED = "model reply truncated at the output token limit; the answer is incomplete"
+REFUSED = "model refused to respond"
+
+
+class Facts(Protocol):
+    """What a guard may read."""
+
+    @property
+    def data(self) -> RunData: ...
+    @property
+    def budget(self) -> Budget: ...
+    @property
+    def suspend_requested(self) -> bool: ...
+
+
+def iteration_cap_reached(run: Facts) -> bool:
+    """The run has used up `max_iterations` model calls."""
+    return run.data.iteration >= run.budget.max_iterations
+
+
+def suspend_requested(run: Facts) -> bool:
+    """Someone asked the run to stop at this boundary."""
+    return run.suspend_requested
+
+
+def call_failed(run: Facts) -> bool:
+    """The model request failed or timed out."""
+    return run.data.error is not None
+
+
+def turn_is_final(run: Facts) -> bool:
+    """No tool_use and not a paused turn: the model has answered."""
+    return not run.data.pending and run.data.stop_reason != "pause_turn"
+
+
+def turn_unusable(run: Facts) -> bool:
+    """Truncated at the output cap, or a final turn that is a refusal."""
+    stop = run.data.stop_reason
+    return stop == "max_tokens" or (stop == "refusal" and turn_is_final(run))
+
+
+def over_budget(run: Facts) -> bool:
+    """All four token tiers together have reached `max_tokens`."""
+    limit = run.budget.max_tokens
+    return limit > 0 and run.data.usage.total >= limit
+
+
+def tools_pending(run: Facts) -> bool:
+    """Tool calls of this turn are still unanswered."""
+    return bool(run.data.pending)
+
+
+GUARDS = {
+    f.__name__: f
+    for f in (
+        iteration_cap_reached,
+        suspend_requested,
+        call_failed,
+        turn_is_final,
+        turn_unusable,
+        over_budget,
+        tools_pending,
+    )
+}
+
+
+def terminal_message(state: str, data: RunData, budget: Budget) -> str | None:
+    """Why a run ended in `state`; None for a final answer or a clean suspend."""
+    if state == "failed":
+        return data.error
+    if state == "budget_exhausted":
+        return f"token budget ({budget.max_tokens}) exhausted after {data.iteration} iterations"
+    if state == "iterations_exhausted":
+        return f"max iterations ({budget.max_iterations}) reached without a final answer"
+    return None

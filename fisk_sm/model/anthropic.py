@@ -1,0 +1,131 @@
+"""Model calls: one request to the Anthropic Messages API under `call_timeout`.
+
+`AnthropicModel` uses the real `anthropic.AsyncAnthropic`. The whole call, the SDK's own retries
+included, runs under one `call_timeout` deadline, as the reference does; each attempt also gets
+that timeout. The reply is read as the raw HTTP body (the SDK still retries and maps error
+statuses) and parsed and checked by `fisk_sm.model.reply`, never built into the SDK's models:
+content blocks stay exactly as sent, because thinking signatures break if blocks are
+re-encoded, and a malformed reply becomes a `ModelError` ("malformed model reply: ...") before
+any of it reaches the journal. Anything with the same `create` method can stand in for the
+model (the benchmarks use an in-process one).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import TYPE_CHECKING, Any, Protocol
+
+import attrs
+
+from fisk_sm.config.agent import LLMConfig
+from fisk_sm.model.reply import ModelError, one_line, parse_reply
+
+if TYPE_CHECKING:  # the SDK takes a second to import; only a real model call needs it
+    import anthropic
+
+__all__ = ["AnthropicModel", "ModelClient", "ModelError", "ModelRequest", "build_request"]
+
+
+@attrs.frozen
+class ModelRequest:
+    """The parameters of one Messages API call."""
+
+    model: str
+    max_tokens: int
+    messages: list[dict[str, Any]] = attrs.field(eq=False)
+    system: tuple[dict[str, Any], ...] = ()
+    tools: tuple[dict[str, Any], ...] = ()
+    thinking: dict[str, Any] | None = None
+
+    def params(self) -> dict[str, Any]:
+        """Keyword arguments for `messages.create`."""
+        params: dict[str, Any] = {
+            "model": self.model,
+            "max_tokens": self.max_tokens,
+            "messages": self.messages,
+        }
+        if self.system:
+            params["system"] = list(self.system)
+        if self.tools:
+            params["tools"] = list(self.tools)
+        if self.thinking:
+            params["thinking"] = self.thinking
+        return params
+
+
+def build_request(
+    llm: LLMConfig,
+    system: tuple[dict[str, Any], ...],
+    tools: tuple[dict[str, Any], ...],
+    messages: list[dict[str, Any]],
+) -> ModelRequest:
+    """The request for the next call: output cap and adaptive thinking from config."""
+    thinking = {"type": "adaptive", "display": "summarized"} if llm.thinking.enabled else None
+    return ModelRequest(llm.model, llm.output_cap, messages, system, tools, thinking)
+
+
+class ModelClient(Protocol):
+    """Anything that answers a request with a Messages API reply as a JSON-ready dict."""
+
+    async def create(self, request: ModelRequest) -> dict[str, Any]: ...
+
+
+@attrs.define
+class AnthropicModel:
+    """The real model, through `anthropic.AsyncAnthropic`."""
+
+    llm: LLMConfig
+    api_key: str | None = None
+    max_retries: int = 2
+    _client: anthropic.AsyncAnthropic | None = attrs.field(default=None, init=False)
+
+    @property
+    def client(self) -> anthropic.AsyncAnthropic:
+        """The SDK client, made on first use (so building a run needs no API key)."""
+        if self._client is None:
+            import anthropic
+
+            key = self.api_key or os.environ.get("ANTHROPIC_API_KEY") or "unset"
+            self._client = anthropic.AsyncAnthropic(
+                api_key=key,
+                base_url=self.llm.base_url,
+                timeout=self.llm.budget.call_timeout,
+                max_retries=self.max_retries,
+            )
+        return self._client
+
+    async def create(self, request: ModelRequest) -> dict[str, Any]:
+        """One call; every failure becomes a `ModelError` naming what went wrong in one line."""
+        import anthropic
+
+        deadline = self.llm.budget.call_timeout
+        try:
+            async with asyncio.timeout(deadline):
+                raw = await self.client.messages.with_raw_response.create(**request.params())
+                body = await raw.read()
+        except TimeoutError:
+            raise ModelError(f"llm call: timed out after {deadline:g}s") from None
+        except anthropic.APIStatusError as exc:
+            hint = ""
+            if exc.status_code == 400 and request.thinking:
+                hint = " (thinking is enabled: check that the model supports adaptive thinking)"
+            raise ModelError(f"llm call: HTTP {exc.status_code}: {_reason(exc)}{hint}") from None
+        except anthropic.APIError as exc:
+            raise ModelError(f"llm call: {one_line(str(exc))}") from None
+        return parse_reply(body)
+
+    async def aclose(self) -> None:
+        """Close the HTTP connections."""
+        if self._client is not None:
+            await self._client.close()
+
+
+def _reason(exc: anthropic.APIStatusError) -> str:
+    """The error's message, on one line: a proxy's error page must not become the run's report."""
+    body = exc.body
+    if isinstance(body, dict):
+        error = body.get("error")
+        if isinstance(error, dict) and error.get("message"):
+            return one_line(str(error["message"]))
+    return one_line(str(exc.message))

@@ -1,0 +1,1 @@
+"""The operator: asking a person (prompters) and the one terminal sanitizer."""

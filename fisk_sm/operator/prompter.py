@@ -1,0 +1,221 @@
+"""Asking the operator: the `Prompter` protocol, its terminal, scripted and absent forms.
+
+Whatever a prompter shows may come from the model (a command line, a question, options), so the
+terminal prompter passes every string through `sanitize` or `strip_control` first: an escape
+sequence in a tool argument must not be able to recolour, clear, retitle or rewrite the very prompt
+that asks the operator to approve it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import sys
+from collections.abc import Sequence
+from typing import Any, Protocol, TextIO
+
+import attrs
+
+from fisk_sm.operator.sanitize import is_terminal, sanitize, strip_control
+
+__all__ = [
+    "Approval",
+    "ApprovalRequest",
+    "NoOperator",
+    "PromptCancelled",
+    "PromptError",
+    "Prompter",
+    "ScriptedPrompter",
+    "TerminalPrompter",
+]
+
+
+class Approval(enum.Enum):
+    """The operator's answer to a gated call."""
+
+    ONCE = "once"
+    ALWAYS = "always"
+    NO = "no"
+
+
+@attrs.frozen
+class ApprovalRequest:
+    """A gated call put to the operator: tool, the call as one sanitized line, gating tag."""
+
+    tool: str
+    display: str
+    tag: str
+
+
+class PromptError(Exception):
+    """The operator could not be asked, or gave no usable answer (end of input, a closed UI)."""
+
+
+class PromptCancelled(PromptError):
+    """The prompt was abandoned because the run is ending."""
+
+
+class Prompter(Protocol):
+    """Someone who can be asked: approvals for gated tools and the `ask_human_*` questions.
+
+    Any method may raise `PromptError`. Callers check `available` before asking.
+    """
+
+    @property
+    def available(self) -> bool:
+        """Whether an operator can be asked at all."""
+        ...
+
+    async def approve(self, request: ApprovalRequest) -> Approval:
+        """Ask whether a gated call may run."""
+        ...
+
+    async def confirm(self, question: str) -> bool:
+        """Ask a yes/no question."""
+        ...
+
+    async def select(self, question: str, options: Sequence[str]) -> int | None:
+        """Ask for one of `options`; its index, or None when none was chosen."""
+        ...
+
+    async def ask(self, question: str, default: str | None) -> str | None:
+        """Ask for a line of text; `default` stands for an empty answer."""
+        ...
+
+
+class NoOperator:
+    """Nobody to ask: `available` is False and every question raises `PromptError`."""
+
+    @property
+    def available(self) -> bool:
+        return False
+
+    def _fail(self) -> PromptError:
+        return PromptError("no operator can be asked")
+
+    async def approve(self, request: ApprovalRequest) -> Approval:
+        raise self._fail()
+
+    async def confirm(self, question: str) -> bool:
+        raise self._fail()
+
+    async def select(self, question: str, options: Sequence[str]) -> int | None:
+        raise self._fail()
+
+    async def ask(self, question: str, default: str | None) -> str | None:
+        raise self._fail()
+
+
+class ScriptedPrompter:
+    """A prompter for tests: replays queued answers and records every question in `asked`.
+
+    A queued answer that is an exception instance is raised instead. A question with no answer
+    left, or any question while `available` is False, fails with AssertionError.
+    """
+
+    def __init__(
+        self,
+        *,
+        approvals: Sequence[Approval | BaseException] = (),
+        confirms: Sequence[bool | BaseException] = (),
+        selections: Sequence[int | BaseException | None] = (),
+        inputs: Sequence[str | BaseException | None] = (),
+        available: bool = True,
+    ) -> None:
+        self._available = available
+        self._queues: dict[str, list[Any]] = {
+            "approve": list(approvals),
+            "confirm": list(confirms),
+            "select": list(selections),
+            "ask": list(inputs),
+        }
+        self.asked: list[tuple[str, Any]] = []
+
+    @property
+    def available(self) -> bool:
+        return self._available
+
+    def _answer(self, kind: str, question: Any) -> Any:
+        self.asked.append((kind, question))
+        if not self._available:
+            raise AssertionError(f"{kind} asked although no operator is available: {question!r}")
+        queue = self._queues[kind]
+        if not queue:
+            raise AssertionError(f"unscripted {kind}: {question!r}")
+        answer = queue.pop(0)
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    async def approve(self, request: ApprovalRequest) -> Approval:
+        answer: Approval = self._answer("approve", request)
+        return answer
+
+    async def confirm(self, question: str) -> bool:
+        return bool(self._answer("confirm", question))
+
+    async def select(self, question: str, options: Sequence[str]) -> int | None:
+        answer: int | None = self._answer("select", (question, list(options)))
+        return answer
+
+    async def ask(self, question: str, default: str | None) -> str | None:
+        answer: str | None = self._answer("ask", (question, default))
+        return answer
+
+
+class TerminalPrompter:
+    """Asks on the terminal: prompts on `stream_out` (stderr), answers from `stream_in` (stdin).
+
+    Available only when both streams are TTYs. Every string shown goes through `sanitize`.
+    Reading happens in a worker thread; end of input raises `PromptError`.
+    """
+
+    def __init__(self, stream_in: TextIO | None = None, stream_out: TextIO | None = None) -> None:
+        self.stream_in = sys.stdin if stream_in is None else stream_in
+        self.stream_out = sys.stderr if stream_out is None else stream_out
+
+    @property
+    def available(self) -> bool:
+        return is_terminal(self.stream_in) and is_terminal(self.stream_out)
+
+    async def _read(self, prompt: str) -> str:
+        # `prompt` is assembled only from sanitized pieces; strip once more as a last line of
+        # defence, keeping the newlines the layout itself uses.
+        self.stream_out.write(strip_control(prompt))
+        self.stream_out.flush()
+        line: str = await asyncio.to_thread(self.stream_in.readline)
+        if not line:
+            raise PromptError("end of input")
+        return line.strip()
+
+    async def approve(self, request: ApprovalRequest) -> Approval:
+        tool, tag = sanitize(request.tool, 200), sanitize(request.tag, 200)
+        display = sanitize(request.display, 4000)
+        answer = await self._read(
+            f'{tool}: approve "{display}" [{tag}]? [o]nce / [a]lways / [N]o: '
+        )
+        choice = answer.lower()
+        if choice in ("o", "once"):
+            return Approval.ONCE
+        if choice in ("a", "always"):
+            return Approval.ALWAYS
+        return Approval.NO  # empty, "n" or anything unrecognised: deny by default
+
+    async def confirm(self, question: str) -> bool:
+        answer = await self._read(f"{sanitize(question)} [y/N]: ")
+        return answer.lower() in ("y", "yes")
+
+    async def select(self, question: str, options: Sequence[str]) -> int | None:
+        lines = [sanitize(question)]
+        lines += [f"  {n}) {sanitize(option)}" for n, option in enumerate(options, 1)]
+        answer = await self._read("\n".join(lines) + f"\nchoose 1-{len(options)}: ")
+        try:
+            chosen = int(answer) - 1
+        except ValueError:
+            return None
+        return chosen if 0 <= chosen < len(options) else None
+
+    async def ask(self, question: str, default: str | None) -> str | None:
+        hint = f" [{sanitize(default)}]" if default else ""
+        answer = await self._read(f"{sanitize(question)}{hint}: ")
+        return answer if answer or default is None else default

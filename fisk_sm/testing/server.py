@@ -1,0 +1,256 @@
+"""A loopback fake of the Anthropic Messages API, for fisk_sm's tests and for yours.
+
+:class:`FakeMessagesAPI` is a small HTTP server on 127.0.0.1 that answers
+``POST /v1/messages`` from a script of :class:`Reply` objects, one per request, in
+order. Point the real SDK at it and the whole client stack (serialisation, retries,
+timeouts, error mapping) runs for real::
+
+    with FakeMessagesAPI([Reply.tool_use("add", {"a": 1}), Reply.text("done")]) as api:
+        client = anthropic.AsyncAnthropic(api_key="test", base_url=api.base_url)
+        ...  # run your agent loop
+        assert api.requests[1]["messages"][-1]["content"][0]["type"] == "tool_result"
+
+A reply with a non-200 ``status`` answers with an Anthropic-shaped error body and
+``retry-after-ms: 10``, so the SDK retries it at once. A reply can also be any body at
+all (:meth:`Reply.body`, :meth:`Reply.raw`), to test what a client does with a hostile
+one. When the script runs out the server answers 500 with ``x-should-retry: false``, so
+a missing reply fails fast. Replies and script files are in :mod:`fisk_sm.testing.script`;
+scripts are served from the command line by :func:`serve` (behind ``fisk-sm fake-api``).
+"""
+
+from __future__ import annotations
+
+import collections
+import ipaddress
+import json
+import signal
+import socket
+import sys
+import threading
+from collections.abc import Iterable, Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, TextIO, cast
+
+from fisk_sm.testing.script import Reply, ScriptError, load_script
+
+__all__ = ["FakeMessagesAPI", "Reply", "ScriptError", "load_script", "serve"]
+
+
+def _error(kind: str, message: str) -> dict[str, Any]:
+    return {"type": "error", "error": {"type": kind, "message": message}}
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+    api: FakeMessagesAPI
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return  # the client went away (e.g. it timed out mid-delay): nothing to report
+        super().handle_error(request, client_address)
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "FakeMessagesAPI/1.0"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def _send(self, status: int, payload: Mapping[str, Any], **headers: str) -> None:
+        self._send_bytes(status, json.dumps(payload).encode(), "application/json", **headers)
+
+    def _send_bytes(self, status: int, data: bytes, content_type: str, **headers: str) -> None:
+        self.close_connection = True  # one request per connection: nothing outlives close()
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(data)))
+            self.send_header("Connection", "close")
+            for key, value in headers.items():
+                self.send_header(key.replace("_", "-"), value)
+            self.end_headers()
+            self.wfile.write(data)
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    def _read_body(self) -> bytes:
+        length = self.headers.get("Content-Length", "")
+        return self.rfile.read(int(length)) if length.isdigit() else b""
+
+    def do_GET(self) -> None:
+        self._read_body()  # drain it: closing a socket with unread input resets the connection
+        self._send(404, _error("not_found_error", f"no such endpoint: {self.path}"))
+
+    do_PUT = do_DELETE = do_PATCH = do_GET
+
+    def do_POST(self) -> None:
+        if self.path.split("?", 1)[0] != "/v1/messages":
+            return self.do_GET()
+        raw = self._read_body()
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            msg = "request body is not a JSON object"
+            return self._send(400, _error("invalid_request_error", msg))
+        api = cast(_Server, self.server).api
+        n, reply = api._record(body, {k.lower(): v for k, v in self.headers.items()})
+        rid = f"req_fake_{n:02d}"
+        if reply is None:
+            msg = f"fake API script exhausted: request {n} has no scripted reply"
+            return self._send(500, _error("api_error", msg), request_id=rid, x_should_retry="false")
+        if reply.delay > 0 and api._stopping.wait(reply.delay):
+            return  # the server is closing: drop the connection unanswered
+        # an error status, whatever its body, is retried at once
+        retry = {"retry_after_ms": "10"} if reply.status != 200 else {}
+        if reply.payload is not None:
+            data, kind = reply.payload, reply.content_type
+            return self._send_bytes(reply.status, data, kind, request_id=rid, **retry)
+        if reply.status != 200:
+            kind = {529: "overloaded_error", 429: "rate_limit_error"}.get(reply.status, "api_error")
+            text = reply.message
+            out = _error(kind, f"fake API scripted error {reply.status}" if text is None else text)
+            return self._send(reply.status, out, request_id=rid, **retry)
+        message = {
+            "id": f"msg_{n:02d}",
+            "type": "message",
+            "role": "assistant",
+            "model": body.get("model", "claude-fake"),
+            "content": list(reply.content),
+            "stop_reason": reply.stop_reason,
+            "stop_sequence": None,
+            "usage": reply.usage,
+        }
+        self._send(200, message, request_id=rid)
+
+
+def _check_loopback(host: str) -> None:
+    try:
+        if host == "localhost" or ipaddress.ip_address(host).is_loopback:
+            return
+    except ValueError:
+        pass
+    raise ValueError(f"FakeMessagesAPI only listens on loopback addresses, not {host!r}")
+
+
+class FakeMessagesAPI:
+    """A scripted Messages API on a loopback port, served from a daemon thread.
+
+    ``requests`` and ``request_headers`` (lower-cased names) record every
+    ``POST /v1/messages`` with a JSON body, in arrival order.
+    """
+
+    def __init__(
+        self, script: Iterable[Reply] = (), *, host: str = "127.0.0.1", port: int = 0
+    ) -> None:
+        _check_loopback(host)
+        self._host, self._wanted_port = host, port
+        self._lock = threading.Lock()
+        self._queue: collections.deque[Reply] = collections.deque(script)
+        self._stopping = threading.Event()
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+        self.requests: list[dict[str, Any]] = []
+        self.request_headers: list[dict[str, str]] = []
+
+    def _record(self, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, Reply | None]:
+        with self._lock:
+            self.requests.append(body)
+            self.request_headers.append(headers)
+            return len(self.requests), (self._queue.popleft() if self._queue else None)
+
+    def add(self, *replies: Reply) -> None:
+        """Append replies to the end of the script."""
+        with self._lock:
+            self._queue.extend(replies)
+
+    @property
+    def remaining(self) -> int:
+        """How many scripted replies have not been served yet."""
+        with self._lock:
+            return len(self._queue)
+
+    def _running(self) -> _Server:
+        if self._server is None:
+            raise RuntimeError("FakeMessagesAPI is not running")
+        return self._server
+
+    @property
+    def port(self) -> int:
+        return int(self._running().server_address[1])
+
+    @property
+    def base_url(self) -> str:
+        host = str(self._running().server_address[0])
+        return f"http://[{host}]:{self.port}" if ":" in host else f"http://{host}:{self.port}"
+
+    def start(self) -> FakeMessagesAPI:
+        if self._server is not None:
+            raise RuntimeError("FakeMessagesAPI is already running")
+        server_cls = _Server6 if ":" in self._host else _Server
+        server = server_cls((self._host, self._wanted_port), _Handler)
+        server.api = self
+        self._stopping.clear()
+        self._server = server
+        self._thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        server, thread = self._server, self._thread
+        if server is None:
+            return
+        self._stopping.set()  # wakes handlers sleeping on a delay
+        server.shutdown()
+        server.server_close()
+        if thread is not None:
+            thread.join()
+        self._server = self._thread = None
+
+    def __enter__(self) -> FakeMessagesAPI:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def serve(
+    script_path: str, *, host: str = "127.0.0.1", port: int = 0, out: TextIO | None = None
+) -> int:
+    """Serve a script file until SIGINT/SIGTERM, for ``fisk-sm fake-api``; returns the exit code.
+
+    Prints the listening line to ``out`` (default: the current ``sys.stderr``); a bad
+    script, host or port prints the error there instead and returns 2.
+    """
+    stream = sys.stderr if out is None else out
+    try:
+        script = load_script(script_path)
+        api = FakeMessagesAPI(script, host=host, port=port).start()
+    except (ValueError, OSError) as exc:
+        print(f"fake-api: {exc}", file=stream, flush=True)
+        return 2
+    stop = threading.Event()
+    previous: dict[signal.Signals, Any] = {}
+    if threading.current_thread() is threading.main_thread():  # else: only KeyboardInterrupt
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, lambda signum, frame: stop.set())
+    try:
+        line = f"fake Messages API listening on {api.base_url} ({len(script)} scripted replies)"
+        print(line, file=stream, flush=True)
+        while not stop.wait(0.2):
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        api.close()
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    return 0

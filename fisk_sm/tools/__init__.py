@@ -1,0 +1,1 @@
+"""Tools: Python callables, exec commands, memory, human in the loop, remote; the confirm gate."""

@@ -1,0 +1,390 @@
+"""Agent memory on disk: one file per key, and the four memory tools the model uses.
+
+`<directory>/<key>.md` (0600, in a 0700 directory) holds exactly
+
+    ---
+    description: <one line>
+    ---
+
+    <content>
+
+i.e. `---\\ndescription: <one line>\\n---\\n\\n<content>`, the content byte for byte (a file that
+ends after the closing `---` has empty content). Every write goes to a temp file first: create
+hard-links it to the key's name, so two racing creators (even in two processes) get exactly one
+winner and nobody sees a torn file; overwrite renames it over the key, so the last writer wins.
+Symlinks are never followed: list skips them and read opens with `O_NOFOLLOW`.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import os
+import re
+import secrets
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from fisk_sm.journal.statedir import (
+    UnsafeFileError,
+    fsync_directory,
+    make_private_directory,
+    open_regular,
+    state_home,
+)
+from fisk_sm.tools.base import Tool, ToolError
+
+__all__ = [
+    "INDEX_HEADER",
+    "MAX_CONTENT_BYTES",
+    "MAX_DESCRIPTION_CHARS",
+    "MAX_ENTRIES",
+    "MAX_KEY_CHARS",
+    "MEMORY_NOTE",
+    "MemoryEntry",
+    "MemoryFileError",
+    "MemoryFullError",
+    "MemoryKeyError",
+    "MemoryLimitError",
+    "MemoryStore",
+    "MemoryStoreError",
+    "check_key",
+    "default_memory_directory",
+    "memory_index",
+    "memory_tools",
+]
+
+MAX_KEY_CHARS = 200
+MAX_CONTENT_BYTES = 65536
+MAX_DESCRIPTION_CHARS = 500
+MAX_ENTRIES = 1024
+_MAX_FILE_BYTES = MAX_CONTENT_BYTES + 8192  # content plus the largest frontmatter we write
+_KEY = re.compile(r"[A-Za-z0-9._=-]+")
+_IDENTITY = re.compile(r"[A-Za-z0-9_-]+")
+_FRONTMATTER = re.compile(rb"---\ndescription:[ \t]*([^\n]*)\n---(?:\n\n?|\Z)")
+
+
+class MemoryStoreError(Exception):
+    """A memory operation the store refused; the message says what and which key or file."""
+
+
+class MemoryKeyError(MemoryStoreError, ValueError):
+    """A key that is not `[A-Za-z0-9._=-]+`, over 200 characters, dotted at an end, or has `..`."""
+
+
+class MemoryLimitError(MemoryStoreError, ValueError):
+    """Content over 65536 bytes (UTF-8) or a blank description."""
+
+
+class MemoryFullError(MemoryStoreError):
+    """Creating a memory in a store that already holds 1024 entries."""
+
+
+class MemoryFileError(MemoryStoreError):
+    """A memory file that is not a regular file in the frontmatter format (or is a symlink)."""
+
+
+def _key_problem(key: str) -> str:
+    """What is wrong with `key` as a memory key, or "" if nothing is."""
+    if _KEY.fullmatch(key) is None:
+        return "must be non-empty and use only letters, digits and . _ = -"
+    if len(key) > MAX_KEY_CHARS:
+        return f"is {len(key)} characters; at most {MAX_KEY_CHARS} are allowed"
+    if key.startswith(".") or key.endswith("."):
+        return "must not start or end with '.'"
+    return "must not contain '..'" if ".." in key else ""
+
+
+def check_key(key: object) -> str:
+    """Return `key` if it is a valid memory key, else raise `MemoryKeyError` naming it."""
+    if not isinstance(key, str):
+        raise MemoryKeyError(f"memory key must be a string, not {type(key).__name__}")
+    problem = _key_problem(key)
+    if problem:
+        raise MemoryKeyError(f"invalid memory key {key[: MAX_KEY_CHARS + 20]!r}: {problem}")
+    return key
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _render(key: str, description: object, content: object) -> bytes:
+    """The file bytes for one memory, after checking the limits (the description flattened)."""
+    if not isinstance(description, str) or not isinstance(content, str):
+        raise MemoryLimitError(f"memory '{key}': description and content must be strings")
+    flat = _one_line(description)[:MAX_DESCRIPTION_CHARS].rstrip()
+    if not flat:
+        raise MemoryLimitError(f"memory '{key}': the description must not be empty")
+    body = content.encode("utf-8")
+    if len(body) > MAX_CONTENT_BYTES:
+        raise MemoryLimitError(
+            f"memory '{key}': content is {len(body)} bytes; at most {MAX_CONTENT_BYTES} allowed"
+        )
+    return b"---\ndescription: " + flat.encode("utf-8") + b"\n---\n\n" + body
+
+
+def _parse(data: bytes) -> tuple[str, str] | None:
+    """(description, content) of a memory file's bytes, or None if they are not the format."""
+    match = _FRONTMATTER.match(data)
+    if match is None:
+        return None
+    try:
+        return match.group(1).decode("utf-8").strip(), data[match.end() :].decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+@attrs.frozen
+class MemoryEntry:
+    """One stored memory."""
+
+    key: str
+    description: str
+    content: str
+
+
+@attrs.frozen
+class MemoryStore:
+    """The memories of one identity, as `<directory>/<key>.md` files (see the module docstring)."""
+
+    directory: Path = attrs.field(converter=Path)
+
+    def path(self, key: str) -> Path:
+        """The file of `key` (checked)."""
+        return self.directory / f"{check_key(key)}.md"
+
+    def list(self) -> builtins.list[tuple[str, str]]:
+        """(key, description) of every memory, sorted by key; unparsable files are skipped."""
+        found = []
+        for key in self._keys():
+            try:
+                entry = self.read(key)
+            except (MemoryStoreError, OSError):
+                continue  # a file that breaks must not hide the rest of the index
+            if entry is not None:
+                found.append((key, entry.description))
+        return found
+
+    def read(self, key: str) -> MemoryEntry | None:
+        """The memory under `key`, or None if there is none; a bad file is a `MemoryFileError`."""
+        path = self.path(key)
+        try:  # a symlink or a FIFO planted under a key's name is refused, never waited on
+            fd = open_regular(path, os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        except UnsafeFileError as exc:
+            raise MemoryFileError(f"{path}: {exc.strerror}") from None
+        with os.fdopen(fd, "rb") as file:
+            data = file.read(_MAX_FILE_BYTES + 1)
+        parsed = _parse(data) if len(data) <= _MAX_FILE_BYTES else None
+        if parsed is None:
+            raise MemoryFileError(
+                f"{path}: not a memory file (expected '---', 'description: ...', '---', a blank"
+                f" line, then the content, at most {_MAX_FILE_BYTES} bytes)"
+            )
+        return MemoryEntry(key, *parsed)
+
+    def create(self, key: str, description: str, content: str) -> bool:
+        """Store a new memory atomically; False if `key` already exists (nothing is changed).
+
+        The 1024-entry cap is checked first, before the key-exists check: a full store refuses
+        even a duplicate with `MemoryFullError`.
+        """
+        data = _render(check_key(key), description, content)
+        self._ensure_directory()
+        if len(self._keys()) >= MAX_ENTRIES:
+            raise MemoryFullError(
+                f"cannot create memory '{key}': the store already holds {MAX_ENTRIES} memories;"
+                " delete or overwrite one"
+            )
+        temp = self._write_temp(key, data)
+        try:
+            # A hard link appears complete or not at all, and fails if the name exists: the one
+            # creator that wins a race publishes an intact file; the others get False.
+            os.link(temp, self.path(key))
+        except FileExistsError:
+            return False
+        finally:
+            temp.unlink(missing_ok=True)
+        self._fsync_directory()
+        return True
+
+    def overwrite(self, key: str, description: str, content: str) -> None:
+        """Store a memory, replacing any under `key` (last writer wins; also creates).
+
+        Deliberately not subject to the 1024-entry cap, even when it creates: the reference's
+        file backend checks the cap only in create (its subtlety 19), and this keeps that.
+        """
+        data = _render(check_key(key), description, content)
+        self._ensure_directory()
+        temp = self._write_temp(key, data)
+        try:
+            temp.replace(self.path(key))
+        except BaseException:
+            temp.unlink(missing_ok=True)
+            raise
+        self._fsync_directory()
+
+    def delete(self, key: str) -> bool:
+        """Remove the memory under `key`; False if there was none (so deleting is idempotent)."""
+        try:
+            self.path(key).unlink()  # unlink removes a symlink itself, never its target
+        except FileNotFoundError:
+            return False
+        self._fsync_directory()
+        return True
+
+    def _keys(self) -> builtins.list[str]:
+        """Keys of the regular `<key>.md` files, sorted; temp files and symlinks are left out."""
+        try:
+            with os.scandir(self.directory) as entries:
+                names = [e.name for e in entries if e.is_file(follow_symlinks=False)]
+        except FileNotFoundError:
+            return []
+        return sorted(n[:-3] for n in names if n.endswith(".md") and not _key_problem(n[:-3]))
+
+    def _ensure_directory(self) -> None:
+        make_private_directory(self.directory)
+
+    def _write_temp(self, key: str, data: bytes) -> Path:
+        """A fsynced 0600 temp file holding `data`, beside the key's file (same filesystem).
+
+        Its name starts with '.', which no key may, so it never collides with a memory.
+        """
+        temp = self.directory / f".{key}.{secrets.token_hex(8)}.tmp"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(temp, flags, 0o600)
+        try:
+            with os.fdopen(fd, "wb") as file:
+                os.fchmod(fd, 0o600)
+                file.write(data)
+                file.flush()
+                os.fsync(fd)
+        except BaseException:
+            temp.unlink(missing_ok=True)
+            raise
+        return temp
+
+    def _fsync_directory(self) -> None:
+        fsync_directory(self.directory)
+
+
+MEMORY_NOTE = (
+    "You have a persistent memory that outlives this run: the memory_list, memory_read,"
+    " memory_write and memory_delete tools. Store durable facts that will matter in later runs:"
+    " what you learn about the user and their preferences, about the environment, and decisions"
+    " taken and why. Do not store transient state such as the progress of the current task."
+    " Each memory has a short key, a one-line description and its content. Before you change an"
+    " existing memory, read it with memory_read; memory_write's overwrite defaults to false, so"
+    " writing to a key that exists is refused until you pass overwrite=true."
+)
+
+INDEX_HEADER = "Memories stored from earlier runs (use memory_read to see one):"
+
+
+def memory_index(store: MemoryStore) -> str:
+    """The index of stored memories injected at the start of a run (an OSError propagates)."""
+    lines = "\n".join(f"- {key}: {text}" for key, text in store.list()) or "(none stored yet)"
+    return f"{INDEX_HEADER}\n<memory-index>\n{lines}\n</memory-index>"
+
+
+def default_memory_directory(identity: str, env: Mapping[str, str] | None = None) -> Path:
+    """`$XDG_STATE_HOME/fisk-sm/memory/<identity>` if set and absolute, else under `~/.local`."""
+    if _IDENTITY.fullmatch(identity) is None:
+        raise ValueError(f"invalid identity {identity!r}: must match ^[a-zA-Z0-9_-]+$")
+    return state_home(env) / "memory" / identity
+
+
+@contextlib.contextmanager
+def _tool_errors(action: str) -> Iterator[None]:
+    """Turn the store's refusals and I/O failures into `ToolError`s (is_error results)."""
+    try:
+        yield
+    except MemoryStoreError as exc:
+        raise ToolError(str(exc)) from None
+    except OSError as exc:
+        raise ToolError(f"cannot {action}: {_one_line(str(exc))}") from None
+
+
+def _schema(properties: dict[str, Any], required: builtins.list[str]) -> dict[str, Any]:
+    schema = {"type": "object", "properties": properties, "additionalProperties": False}
+    return {**schema, "required": required} if required else schema
+
+
+_KEY_PROP = {
+    "type": "string",
+    "description": "the memory's key: letters, digits and . _ = - (at most 200 characters,"
+    " no '..', not starting or ending with '.')",
+}
+
+
+def memory_tools(store: MemoryStore) -> builtins.list[Tool]:
+    """The memory_list, memory_read, memory_write and memory_delete tools over `store`."""
+
+    def memory_list() -> dict[str, Any]:
+        with _tool_errors("list memories"):
+            entries = store.list()
+        return {"memories": [{"key": k, "description": d} for k, d in entries]}
+
+    def memory_read(key: str) -> dict[str, Any]:
+        with _tool_errors(f"read memory '{key}'"):
+            entry = store.read(key)
+        if entry is None:
+            return {"found": False, "reason": f"no memory is stored under key '{key}'"}
+        return {"found": True, **attrs.asdict(entry)}
+
+    def memory_write(
+        key: str, description: str, content: str, overwrite: bool = False
+    ) -> dict[str, Any]:
+        if not isinstance(overwrite, bool):
+            raise ToolError("memory_write: overwrite must be a boolean (true or false)")
+        with _tool_errors(f"write memory '{key}'"):
+            if overwrite:
+                store.overwrite(key, description, content)
+                return {"written": True}
+            if store.create(key, description, content):
+                return {"written": True}
+        try:
+            existing = store.read(key)
+            stored = existing.description if existing else "it was deleted just now"
+        except (MemoryStoreError, OSError):
+            stored = "its description could not be read"
+        reason = (
+            f"a memory with key '{key}' already exists ({stored}); read it, then write again"
+            " with overwrite=true to replace it"
+        )
+        return {"written": False, "reason": reason}
+
+    def memory_delete(key: str) -> dict[str, Any]:
+        with _tool_errors(f"delete memory '{key}'"):
+            return {"deleted": store.delete(key)}
+
+    key_only = _schema({"key": _KEY_PROP}, ["key"])
+    write = _schema(
+        {
+            "key": _KEY_PROP,
+            "description": {
+                "type": "string",
+                "description": "one line saying what the memory holds (shown in the index;"
+                " at most 500 characters)",
+            },
+            "content": {"type": "string", "description": "the memory itself (at most 64 KiB)"},
+            "overwrite": {
+                "type": "boolean",
+                "default": False,
+                "description": "replace an existing memory under this key; read it first",
+            },
+        },
+        ["key", "description", "content"],
+    )
+    specs: builtins.list[tuple[Callable[..., Any], str, dict[str, Any]]] = [
+        (memory_list, "List the stored memories: each key and description.", _schema({}, [])),
+        (memory_read, "Read one stored memory by key.", key_only),
+        (memory_write, "Store a memory for later runs (refused if the key exists).", write),
+        (memory_delete, "Delete the memory stored under a key.", key_only),
+    ]
+    return [Tool(fn.__name__, text, schema, fn, kind="memory") for fn, text, schema in specs]

@@ -1,0 +1,240 @@
+"""Running one program for an exec tool: its own process group, no shell, bounded output.
+
+The process gets stdin read-only on /dev/null, a scrubbed environment (see
+:func:`secret_env_name`; ``LLMFORMAT=1`` and ``PWD`` set), and its own process group, killed
+whole when the program exits, times out or is cancelled, so nothing it started lingers.
+stdout and stderr are merged in order; output over 64 KiB keeps the first and last 32 KiB.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import shlex
+import signal
+import subprocess
+from collections.abc import Collection, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from fisk_sm.tools.base import ToolError
+
+__all__ = [
+    "ALWAYS_STRIPPED_PREFIX",
+    "HEAD_BYTES",
+    "MAX_OUTPUT",
+    "TAIL_BYTES",
+    "TRUNCATION_MARKER",
+    "WAIT_DELAY",
+    "always_stripped_env_name",
+    "pass_env_problem",
+    "run_command",
+    "secret_env_name",
+]
+
+#: Variables whose name starts with this (in any case) never reach a tool, not even by pass_env.
+ALWAYS_STRIPPED_PREFIX = "ANTHROPIC_"
+_ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_SECRET_NAME_RE = re.compile(r"^AWS_|_SECRET|_(?:TOKEN|KEY|PASSWORD)$", re.IGNORECASE)
+MAX_OUTPUT = 65536
+HEAD_BYTES = TAIL_BYTES = 32768
+TRUNCATION_MARKER = "\n...[output truncated]...\n"
+#: Seconds to wait for the output pipe to close after the program exited and its group was
+#: killed (only a process that left the group, e.g. by setsid, can still hold it); then it is
+#: closed and the result returned.
+WAIT_DELAY = 2.0
+
+
+def always_stripped_env_name(name: str) -> bool:
+    """Whether the variable is an ``ANTHROPIC_*`` one, kept from every tool without exception."""
+    return name.upper().startswith(ALWAYS_STRIPPED_PREFIX)
+
+
+def secret_env_name(name: str) -> bool:
+    """Whether a variable of this name is kept from a tool's environment by default.
+
+    That is ``ANTHROPIC_*`` and, unless the tool lists the name in ``pass_env``, names that look
+    like credentials: ``*_TOKEN``, ``*_SECRET*``, ``*_KEY``, ``*_PASSWORD`` and ``AWS_*`` (in
+    any case).
+    """
+    return always_stripped_env_name(name) or _SECRET_NAME_RE.search(name) is not None
+
+
+def pass_env_problem(name: str) -> str | None:
+    """Why ``name`` cannot be listed in a tool's ``pass_env``, or None if it can."""
+    if not _ENV_NAME_RE.fullmatch(name):
+        return f"must be a variable name ({_ENV_NAME_RE.pattern}), got {name!r}"
+    if always_stripped_env_name(name):
+        return f"{name} is never passed to a tool (no {ALWAYS_STRIPPED_PREFIX}* variable is)"
+    return None
+
+
+class _Capture(asyncio.SubprocessProtocol):
+    """Keeps the first and last bytes of the merged output; signals exit and end of output."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.head, self.tail, self.total = bytearray(), bytearray(), 0
+        self.exited: asyncio.Future[None] = loop.create_future()
+        self.closed: asyncio.Future[None] = loop.create_future()
+
+    def pipe_data_received(self, fd: int, data: bytes) -> None:
+        self.total += len(data)
+        view = memoryview(data)
+        room = HEAD_BYTES - len(self.head)
+        if room > 0:
+            self.head += view[:room]
+            view = view[room:]
+        self.tail += view
+        if len(self.tail) > TAIL_BYTES:
+            del self.tail[:-TAIL_BYTES]
+
+    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+    def process_exited(self) -> None:
+        if not self.exited.done():
+            self.exited.set_result(None)
+
+    def output(self) -> tuple[str, bool]:
+        head, tail = (bytes(b).decode("utf-8", errors="replace") for b in (self.head, self.tail))
+        if self.total > MAX_OUTPUT:
+            return head + TRUNCATION_MARKER + tail, True
+        return head + tail, False
+
+
+_Spawned = tuple[asyncio.SubprocessTransport, _Capture]
+#: Clean-ups of spawns cancelled midway, kept referenced until done.
+_ABANDONED: set[asyncio.Task[None]] = set()
+
+
+def _child_env(
+    work_dir: Path, env: Mapping[str, str] | None, pass_env: Collection[str]
+) -> dict[str, str]:
+    base = os.environ if env is None else env
+    child = {
+        name: value
+        for name, value in base.items()
+        if not secret_env_name(name) or (name in pass_env and not always_stripped_env_name(name))
+    }
+    child["LLMFORMAT"] = "1"
+    child["PWD"] = str(work_dir)
+    return child
+
+
+def _work_dir(work_dir: Path | None) -> Path:
+    cwd = Path(work_dir if work_dir is not None else Path.cwd()).absolute()
+    if not cwd.is_dir():
+        raise ToolError(f"work dir {str(cwd)!r} is not a directory")
+    return cwd
+
+
+def _killpg(pid: int) -> None:
+    # The group outlives its reaped leader while any member lives (and its id stays taken
+    # meanwhile); an empty group is ProcessLookupError.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+async def _kill_group(transport: asyncio.SubprocessTransport, capture: _Capture) -> None:
+    """SIGKILL the whole process group and reap its leader (the pipe is closed by the caller)."""
+    _killpg(transport.get_pid())
+    await asyncio.wait({capture.exited}, timeout=5)
+
+
+async def _abandon(spawn: asyncio.Future[_Spawned]) -> None:
+    """Let a spawn whose caller was cancelled finish, then kill and reap what it started."""
+    try:
+        transport, capture = await spawn
+    except Exception:
+        return
+    try:
+        await _kill_group(transport, capture)
+    finally:
+        transport.close()
+
+
+async def _spawn(argv: Sequence[str], cwd: Path, env: dict[str, str]) -> _Spawned:
+    loop = asyncio.get_running_loop()
+    # subprocess.DEVNULL would be opened read-write; the program gets nothing to write to.
+    stdin = os.open(os.devnull, os.O_RDONLY)
+    spawn = asyncio.ensure_future(
+        loop.subprocess_exec(
+            lambda: _Capture(loop),
+            *argv,
+            stdin=stdin,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            cwd=cwd,
+            env=env,
+            start_new_session=True,
+        )
+    )
+    # The child has its own copy once the spawn is done (or failed).
+    spawn.add_done_callback(lambda _: os.close(stdin))
+    try:
+        return await asyncio.shield(spawn)
+    except asyncio.CancelledError:
+        # A cancel landing mid-spawn must not orphan a program that already runs: the spawn
+        # goes on (shielded), and the clean-up too, even if this wait is cancelled again.
+        cleanup = asyncio.ensure_future(_abandon(spawn))
+        _ABANDONED.add(cleanup)
+        cleanup.add_done_callback(_ABANDONED.discard)
+        await asyncio.shield(cleanup)
+        raise
+
+
+async def run_command(
+    argv: Sequence[str],
+    *,
+    timeout: float | None,  # noqa: ASYNC109 - also bounds the wait for the output
+    work_dir: Path | None,
+    env: Mapping[str, str] | None = None,
+    pass_env: Collection[str] = (),
+) -> dict[str, Any]:
+    """Run argv (no shell) and return ``{"command", "exit_code", "output", "truncated"?}``.
+
+    ``env`` replaces ``os.environ`` as the base environment; either way the names for which
+    :func:`secret_env_name` holds are removed, except those in ``pass_env`` (never
+    ``ANTHROPIC_*``), and ``LLMFORMAT=1`` and ``PWD=<work dir>`` are set. When the program
+    exits, everything left in its process group is killed and the output it wrote is read to
+    the end. A non-zero exit is a normal result. A program that cannot start and a timeout raise
+    :class:`ToolError`; on timeout and on cancellation the whole process group is killed and
+    reaped.
+    """
+    if not argv:
+        raise ToolError("empty command")
+    command = shlex.join(argv)
+    cwd = _work_dir(work_dir)
+    try:
+        transport, capture = await _spawn(argv, cwd, _child_env(cwd, env, pass_env))
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc)
+        raise ToolError(f"cannot start {argv[0]!r}: {reason}") from None
+    try:
+        async with asyncio.timeout(timeout):
+            await asyncio.wait({capture.exited})
+            # Whatever the program left behind goes with it, so that nothing lingers or holds
+            # the pipe; what it wrote is still in the pipe, read up to the end of output.
+            _killpg(transport.get_pid())
+            await asyncio.wait({capture.closed}, timeout=WAIT_DELAY)
+    except TimeoutError:
+        await _kill_group(transport, capture)
+        raise ToolError(f"command timed out after {timeout:g}s: {command}") from None
+    except BaseException:
+        await _kill_group(transport, capture)
+        raise
+    finally:
+        transport.close()
+    output, truncated = capture.output()
+    exit_code = transport.get_returncode()
+    result: dict[str, Any] = {
+        "command": command,
+        "exit_code": -1 if exit_code is None else exit_code,
+        "output": output,
+    }
+    if truncated:
+        result["truncated"] = True
+    return result
