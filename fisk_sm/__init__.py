@@ -26,7 +26,7 @@ from fisk_sm.events.types import (
     StateEntered,
     ToolCalled,
     ToolFinished,
-    Warning,
+    WarningRaised,
 )
 from fisk_sm.journal.base import Journal, JournalError, MemoryJournal
 from fisk_sm.journal.snapshot import RunData, Snapshot, Usage
@@ -70,7 +70,7 @@ __all__ = [
     "ToolCalled",
     "ToolFinished",
     "Usage",
-    "Warning",
+    "WarningRaised",
     "load_config",
     "parse_config",
     "tool",

@@ -17,9 +17,11 @@ import pytest
 
 from fisk_sm import ToolBox
 from fisk_sm.config.agent import ConfigError
+from fisk_sm.config.exec import ExecToolSpec, parse_exec_tool
+from fisk_sm.config.names import secret_env_name
 from fisk_sm.tools.base import ToolError
-from fisk_sm.tools.exec import ExecToolSpec, build_argv, exec_tool, parse_exec_tool, run_command
-from fisk_sm.tools.process import TRUNCATION_MARKER, secret_env_name
+from fisk_sm.tools.exec import build_argv, exec_tool
+from fisk_sm.tools.process import TRUNCATION_MARKER, run_command
 
 PY = sys.executable
 PRINT_ARGV = [PY, "-c", "import sys, json; print(json.dumps(sys.argv[1:]))"]

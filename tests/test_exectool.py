@@ -15,17 +15,10 @@ import pytest
 
 from fisk_sm import ToolBox
 from fisk_sm.config.agent import ConfigError
+from fisk_sm.config.exec import Argument, ExecToolSpec, parse_exec_tool, placeholders
 from fisk_sm.tools.base import ToolError
-from fisk_sm.tools.exec import (
-    Argument,
-    ExecToolSpec,
-    build_argv,
-    exec_tool,
-    input_schema,
-    parse_exec_tool,
-    placeholders,
-    run_command,
-)
+from fisk_sm.tools.exec import build_argv, exec_tool, input_schema
+from fisk_sm.tools.process import run_command
 
 PY = sys.executable
 PRINT_ARGV = [PY, "-c", "import sys, json; print(json.dumps(sys.argv[1:]))"]

@@ -20,8 +20,8 @@ import yaml
 
 from fisk_sm.cli.main import main
 from fisk_sm.config.agent import AgentConfig, ConfigError, ToolSpec, parse_config
+from fisk_sm.config.exec import Argument, ExecToolSpec
 from fisk_sm.config.harness import RemoteHost
-from fisk_sm.tools.exec import Argument, ExecToolSpec
 
 CLI = [sys.executable, "-m", "fisk_sm.cli"]
 
@@ -190,3 +190,38 @@ def test_an_unknown_provider_is_refused_at_load(tmp_path: Path) -> None:
     assert done.stderr == (
         f"fisk-sm: {agent}: llm.provider: must be one of anthropic, got 'openai'\n"
     )
+
+
+SUBJECTS = [
+    "tools.ops",
+    "a-b_c.d",
+    "tools.*",
+    "tools.>",
+    "a..b",
+    "tools/ops",
+    "ops:1",
+    "tö.ols",
+    "",
+]
+
+
+@pytest.mark.parametrize("subject", SUBJECTS)
+async def test_agent_yaml_and_serve_tools_agree_on_subjects(subject: str) -> None:
+    """One copy of the NATS subject rules: what agent.yaml refuses, a tool host refuses too."""
+    from fisk_sm.tools.remote import serve_tools
+
+    data = {"llm": {"model": "m"}, "remote_tools": [{"alias": "a", "subject": subject}]}
+    try:
+        parse_config(data, source="agent.yaml", env={})
+        config_ok = True
+    except ConfigError:
+        config_ok = False
+    try:
+        await serve_tools(None, subject, [], agent="host")  # type: ignore[arg-type]
+        host_ok = True
+    except ValueError:
+        host_ok = False
+    except AttributeError:  # got past the subject check to the (absent) connection
+        host_ok = True
+    assert config_ok == host_ok
+    assert config_ok == (subject in ("tools.ops", "a-b_c.d"))

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from conftest import make_run
 
-from fisk_sm import Step, Tool, ToolFinished, Warning, tool
+from fisk_sm import Step, Tool, ToolFinished, WarningRaised, tool
 from fisk_sm.journal.records import Assistant, Terminal, ToolResult, ToolStarted
 from fisk_sm.testing import FakeMessagesAPI, Reply
 
@@ -167,7 +167,7 @@ async def test_unknown_tool_is_an_error_result_and_the_run_goes_on(api: FakeMess
         "content": "unknown tool 'nope'",
         "is_error": True,
     }
-    assert [w.warning for w in events.of(Warning)] == ["unknown_tool"]
+    assert [w.warning for w in events.of(WarningRaised)] == ["unknown_tool"]
     assert not events.of(ToolFinished)
     assert [type(r) for r in journal.records].count(ToolResult) == 1
 
@@ -187,7 +187,7 @@ async def test_missing_required_parameters_are_listed(api: FakeMessagesAPI) -> N
         "tool 'greet' was called without required parameter(s): name, greeting."
         " required: name, greeting; optional: loud, punctuation"
     )
-    assert [w.warning for w in events.of(Warning)] == ["missing_required"]
+    assert [w.warning for w in events.of(WarningRaised)] == ["missing_required"]
 
 
 async def test_a_raising_tool_is_an_error_result_and_the_run_goes_on(

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from fisk_sm import Recorder, Run, ToolCalled, ToolFinished, Warning, parse_config, tool
+from fisk_sm import Recorder, Run, ToolCalled, ToolFinished, WarningRaised, parse_config, tool
 from fisk_sm.operator.prompter import Approval, ScriptedPrompter
 from fisk_sm.testing import FakeMessagesAPI, Reply
 
@@ -67,7 +67,7 @@ async def test_a_gated_tool_with_nobody_to_ask_is_denied_as_a_normal_result(
     }
     assert ran == []
     assert not events.of(ToolCalled) and not events.of(ToolFinished)
-    warnings = [(w.warning, w.name) for w in events.of(Warning)]
+    warnings = [(w.warning, w.name) for w in events.of(WarningRaised)]
     assert ("confirm_no_terminal", "launch") in warnings
 
 
@@ -87,7 +87,7 @@ async def test_operator_once_runs_the_tool_and_asks_again(api: FakeMessagesAPI) 
     assert denied["allowed"] is False
     assert "declined" in denied["reason"] and "do not retry" in denied["reason"]
     assert [kind for kind, _ in prompter.asked] == ["approve", "approve"]
-    assert not [w for w in events.of(Warning) if w.warning.startswith("confirm")]
+    assert not [w for w in events.of(WarningRaised) if w.warning.startswith("confirm")]
 
 
 async def test_always_is_remembered_by_tool_name_for_any_arguments(api: FakeMessagesAPI) -> None:

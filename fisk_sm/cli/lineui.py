@@ -27,7 +27,7 @@ from fisk_sm.events.types import (
     StateEntered,
     ToolCalled,
     ToolFinished,
-    Warning,
+    WarningRaised,
 )
 from fisk_sm.operator.sanitize import for_terminal, say, strip_control
 
@@ -100,7 +100,7 @@ class LineUI:
         elif isinstance(event, ToolFinished):
             mark = "<- error:" if event.is_error else "<-"
             self._say(f"{mark} {_preview(event.output)}")
-        elif isinstance(event, Warning):
+        elif isinstance(event, WarningRaised):
             self._say(f"warning: {event.warning} {event.name}: {_preview(event.detail)}".strip())
         elif isinstance(event, RunResumed):
             self._say(

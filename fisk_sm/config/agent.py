@@ -23,8 +23,9 @@ from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, Iterabl
 from cattrs.gen import make_dict_structure_fn, override
 
 from fisk_sm.config.errors import ConfigError, check, parse_duration, show
+from fisk_sm.config.exec import ExecToolSpec, parse_exec_tool
 from fisk_sm.config.harness import HarnessConfig, NatsConfig, RemoteHost
-from fisk_sm.tools.exec import ExecToolSpec, parse_exec_tool
+from fisk_sm.config.names import CRASH_POLICIES, IDENTITY_RE
 
 __all__ = [
     "AgentConfig",
@@ -39,9 +40,7 @@ __all__ = [
     "parse_duration",
 ]
 
-_IDENTITY_RE = re.compile(r"[a-zA-Z0-9_-]+")
 _TOOL_REF_RE = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
-_CRASH_POLICIES = ("retry", "fail", "ask")
 #: The model providers this version can call.
 PROVIDERS = ("anthropic",)
 _ENV_BASE_URL = "ANTHROPIC_BASE_URL"
@@ -69,10 +68,10 @@ _check_tool_ref = check(
     lambda v: None if _TOOL_REF_RE.fullmatch(v) else f"expected 'module:function', got {show(v)}"
 )
 _check_crash_policy = check(
-    lambda v: None if v in _CRASH_POLICIES else f"must be one of {_CRASH_POLICIES}, got {show(v)}"
+    lambda v: None if v in CRASH_POLICIES else f"must be one of {CRASH_POLICIES}, got {show(v)}"
 )
 _check_identity = check(
-    lambda v: None if _IDENTITY_RE.fullmatch(v) else f"must match [a-zA-Z0-9_-]+, got {show(v)}"
+    lambda v: None if IDENTITY_RE.fullmatch(v) else f"must match [a-zA-Z0-9_-]+, got {show(v)}"
 )
 
 

@@ -21,9 +21,11 @@ _UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "
 _UNIT_SECONDS |= {"m": 60.0, "h": 3600.0}
 
 
-def one_line(text: object) -> str:
-    """`text` with line breaks folded into spaces."""
-    return " ".join(str(text).splitlines()).strip()
+def one_line(text: object, limit: int | None = None) -> str:
+    """`text` with its whitespace runs (line breaks included) folded into single spaces, cut to
+    `limit` characters when one is given."""
+    flat = " ".join(str(text).split())
+    return flat if limit is None or len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 def show(value: object) -> str:

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import attrs
 
 from fisk_sm.config.errors import check, show
+from fisk_sm.config.names import IDENTITY_RE, SUBJECT_RE
 
 __all__ = [
     "HarnessConfig",
@@ -119,10 +120,6 @@ class ToolSelection:
         return not self.exclude.match(name, tags)
 
 
-_ALIAS_RE = re.compile(r"[a-zA-Z0-9_-]+")
-_SUBJECT_RE = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*")
-
-
 @attrs.frozen
 class RemoteHost:
     """A host of remote tools, reached over NATS request/reply under `subject`."""
@@ -130,7 +127,7 @@ class RemoteHost:
     alias: str = attrs.field(
         validator=check(
             lambda v: (
-                None if _ALIAS_RE.fullmatch(v) else f"must match [a-zA-Z0-9_-]+, got {show(v)}"
+                None if IDENTITY_RE.fullmatch(v) else f"must match [a-zA-Z0-9_-]+, got {show(v)}"
             )
         )
     )
@@ -138,7 +135,7 @@ class RemoteHost:
         validator=check(
             lambda v: (
                 None
-                if _SUBJECT_RE.fullmatch(v)
+                if SUBJECT_RE.fullmatch(v)
                 else f"not a NATS subject without wildcards: {show(v)}"
             )
         )

@@ -14,7 +14,7 @@ from typing import Any, TextIO
 import attrs
 import structlog
 
-from fisk_sm.events.types import Event, ToolFinished, Warning
+from fisk_sm.events.types import Event, ToolFinished, WarningRaised
 
 __all__ = ["JsonLinesEvents", "StructlogEvents"]
 
@@ -38,7 +38,7 @@ class StructlogEvents:
     def emit(self, event: Event) -> None:
         """Log `event` under its kind, with its fields as key-value pairs."""
         fields = _fields(event)
-        if isinstance(event, Warning):
+        if isinstance(event, WarningRaised):
             self.logger.warning("agent advisory", **fields)
         else:
             self.logger.info(event.kind, **fields)

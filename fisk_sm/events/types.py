@@ -25,7 +25,7 @@ __all__ = [
     "StateEntered",
     "ToolCalled",
     "ToolFinished",
-    "Warning",
+    "WarningRaised",
 ]
 
 
@@ -110,7 +110,7 @@ class ToolFinished(Event):
 
 
 @attrs.frozen
-class Warning(Event):
+class WarningRaised(Event):
     """Something the operator should know that does not stop the run."""
 
     warning: str

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import attrs
 
+from fisk_sm.config.errors import one_line
 from fisk_sm.journal.base import JournalError, check_append
 from fisk_sm.journal.fold import FoldError, fold
 from fisk_sm.journal.records import FORMAT_VERSION, Meta, Record, Terminal, decode, encode
@@ -76,11 +77,6 @@ class CorruptJournalError(JournalError):
     """A journal with a bad interior line; the message names the file and 1-based line."""
 
 
-def _one_line(text: object) -> str:
-    """`text` with all whitespace runs (newlines included) collapsed to one space."""
-    return " ".join(str(text).split())
-
-
 def check_run_id(run_id: str) -> str:
     """Return `run_id` if it is a valid session id, else raise `InvalidIdError`."""
     if len(run_id) > _MAX_ID or _ID.fullmatch(run_id) is None:
@@ -128,7 +124,7 @@ def _parse(path: Path, data: bytes) -> tuple[builtins.list[Record], int]:
             # Only text after the last newline can be a torn write (the newline is the last
             # byte written); a complete line that does not decode is corruption, or a record
             # of a newer format that must not be thrown away.
-            raise CorruptJournalError(f"{path}: line {number}: {_one_line(exc)}") from None
+            raise CorruptJournalError(f"{path}: line {number}: {one_line(exc)}") from None
         if record.seq != number:
             raise CorruptJournalError(f"{path}: line {number}: seq {record.seq}, expected {number}")
         if (number == 1) != isinstance(record, Meta):
@@ -179,11 +175,11 @@ def _errors(path: Path, run_id: str = "") -> Iterator[None]:
     except FileNotFoundError as exc:
         if run_id:
             raise _not_found(run_id, path) from None
-        raise JournalError(f"{path}: {_one_line(exc)}") from exc
+        raise JournalError(f"{path}: {one_line(exc)}") from exc
     except UnsafeFileError as exc:  # a planted file: bad input, not a failing disk
         raise JournalError(f"{path}: {exc.strerror}") from None
     except OSError as exc:
-        raise JournalIOError(f"{path}: {_one_line(exc.strerror or exc)}") from exc
+        raise JournalIOError(f"{path}: {one_line(exc.strerror or exc)}") from exc
 
 
 @attrs.define(eq=False)
@@ -229,7 +225,7 @@ class FileJournal:
         except OSError as exc:
             self._broken = True
             raise JournalIOError(
-                f"{self.path}: append of seq {record.seq} failed: {_one_line(exc.strerror or exc)}"
+                f"{self.path}: append of seq {record.seq} failed: {one_line(exc.strerror or exc)}"
             ) from exc
         self._last_seq = record.seq
 
@@ -407,7 +403,7 @@ class FileStore:
         try:
             records = self.load(path.stem)
         except (OSError, JournalError) as exc:  # an invalid id, a planted file, corrupt
-            reason = _one_line(exc).removeprefix(f"{path}: ")
+            reason = one_line(exc).removeprefix(f"{path}: ")
             return SessionInfo(path.stem, "", "damaged", updated, "", 0, reason)
         meta = records[0]
         assert isinstance(meta, Meta)  # _parse guarantees it

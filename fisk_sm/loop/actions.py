@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
-from fisk_sm.events.types import MessageReceived, ToolCalled, ToolFinished, Warning
+from fisk_sm.events.types import MessageReceived, ToolCalled, ToolFinished, WarningRaised
 from fisk_sm.journal.records import Assistant, ToolResult, ToolStarted
 from fisk_sm.journal.snapshot import RunData, Usage, tool_uses
 from fisk_sm.loop.harness import Harness
@@ -127,7 +127,7 @@ async def execute_tool(run: Phase) -> None:
         outcome = await harness.gate.check(known, arguments)
     if outcome is not None:
         if outcome.warning:
-            harness.events.emit(Warning(data.run_id, outcome.warning, name, outcome.content))
+            harness.events.emit(WarningRaised(data.run_id, outcome.warning, name, outcome.content))
     else:
         await harness.journal.append(ToolStarted(run.next_seq(), use_id, name))
         agent = known.agent if known is not None else ""
@@ -166,7 +166,7 @@ async def _interrupted(
         return None
     if tool.crash_policy == "ask" and await run.harness.gate.may_rerun(tool, arguments):
         return None
-    return Outcome(INTERRUPTED, is_error=True, ran=False, warning="tool_interrupted")
+    return Outcome(INTERRUPTED, is_error=True, warning="tool_interrupted")
 
 
 async def feed_back_results(run: Phase) -> None:

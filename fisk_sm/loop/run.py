@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from fisk_sm.config.agent import AgentConfig, Budget
-from fisk_sm.events.types import Events, RunStarted, Warning
+from fisk_sm.events.types import Events, RunStarted, WarningRaised
 from fisk_sm.journal.base import Journal
 from fisk_sm.journal.records import Meta, Terminal
 from fisk_sm.journal.snapshot import RunData, Snapshot
@@ -140,7 +140,7 @@ class Run:
             )
         )
         for kind, name, detail in harness.warnings:
-            harness.events.emit(Warning(self.data.run_id, kind, name, detail))
+            harness.events.emit(WarningRaised(self.data.run_id, kind, name, detail))
         HOOKS["state_entered"](self)
 
     async def step(self) -> Step:

@@ -70,13 +70,6 @@ class Table:
     states: tuple[StateSpec, ...]
     transitions: tuple[TransitionSpec, ...]
 
-    def state(self, name: str) -> StateSpec:
-        """The state called `name`."""
-        for spec in self.states:
-            if spec.name == name:
-                return spec
-        raise KeyError(name)
-
     def exits(self, source: str) -> tuple[TransitionSpec, ...]:
         """The exits of `source`, in the order they are tried."""
         return tuple(t for t in self.transitions if t.source == source)

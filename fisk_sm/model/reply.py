@@ -21,6 +21,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from fisk_sm.config.errors import one_line as flat_line
+
 __all__ = ["PREFIX", "MalformedReply", "ModelError", "check_reply", "one_line", "parse_reply"]
 
 PREFIX = "malformed model reply: "
@@ -47,9 +49,7 @@ def one_line(text: str, limit: int = 200) -> str:
     A lone surrogate becomes U+FFFD, so that the text can be journaled as UTF-8. Control
     characters other than whitespace are kept: the UI layer strips those.
     """
-    flat = " ".join(text.split())
-    flat = flat if len(flat) <= limit else flat[: limit - 1] + "…"
-    return _SURROGATE.sub("\ufffd", flat)
+    return _SURROGATE.sub("\ufffd", flat_line(text, limit))
 
 
 def _kind(value: object) -> str:

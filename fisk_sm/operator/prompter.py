@@ -19,6 +19,7 @@ import attrs
 from fisk_sm.operator.sanitize import is_terminal, sanitize, strip_control
 
 __all__ = [
+    "NO_OPERATOR",
     "Approval",
     "ApprovalRequest",
     "NoOperator",
@@ -81,6 +82,10 @@ class Prompter(Protocol):
     async def ask(self, question: str, default: str | None) -> str | None:
         """Ask for a line of text; `default` stands for an empty answer."""
         ...
+
+
+#: What a tool is told when nobody could be asked (the gate's denial, the ask_human_* tools).
+NO_OPERATOR = "no interactive terminal is attached, so no operator could be asked"
 
 
 class NoOperator:

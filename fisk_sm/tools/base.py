@@ -22,9 +22,9 @@ from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 import attrs
 
-__all__ = ["Outcome", "Tool", "ToolBox", "ToolError", "ToolLoadError", "load_tool", "tool"]
+from fisk_sm.config.names import CRASH_POLICIES
 
-CRASH_POLICIES = ("retry", "fail", "ask")
+__all__ = ["Outcome", "Tool", "ToolBox", "ToolError", "ToolLoadError", "load_tool", "tool"]
 
 
 class ToolLoadError(ValueError):
@@ -94,7 +94,6 @@ class Outcome:
 
     content: str
     is_error: bool = False
-    ran: bool = True
     warning: str = ""
 
 
@@ -276,12 +275,14 @@ class ToolBox:
         """The is_error outcome for a call that must not run, or None if it may."""
         t = self.tools.get(name)
         if t is None:
-            return Outcome(f"unknown tool {name!r}", True, False, "unknown_tool")
+            return Outcome(f"unknown tool {name!r}", is_error=True, warning="unknown_tool")
         if not isinstance(arguments, Mapping):
-            return Outcome(f"tool {name!r} input must be a JSON object", True, False, "bad_input")
+            return Outcome(
+                f"tool {name!r} input must be a JSON object", is_error=True, warning="bad_input"
+            )
         missing = [p for p in t.required if p not in arguments]
         if missing:
-            return Outcome(_missing_message(t, missing), True, False, "missing_required")
+            return Outcome(_missing_message(t, missing), is_error=True, warning="missing_required")
         return None
 
     async def invoke(self, name: str, arguments: Mapping[str, Any]) -> Outcome:

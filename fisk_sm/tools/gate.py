@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from fisk_sm.operator.prompter import (
+    NO_OPERATOR,
     Approval,
     ApprovalRequest,
     PromptCancelled,
@@ -29,14 +30,13 @@ __all__ = ["CONFIRM_TAG", "Gate"]
 CONFIRM_TAG = "ai:confirm"
 DISPLAY_LIMIT = 2000
 FINAL = "this decision is final, do not retry"
-NO_OPERATOR = "no interactive terminal is attached, so no operator could be asked"
 DECLINED = f"the operator declined to permit this command; {FINAL}"
 ENDED = "the run ended before the operator could approve this command"
 ALTERED = " [terminal control sequences removed]"
 
 
 def _denial(reason: str) -> Outcome:
-    return Outcome(json.dumps({"allowed": False, "reason": reason}), is_error=False, ran=False)
+    return Outcome(json.dumps({"allowed": False, "reason": reason}), is_error=False)
 
 
 def _why(exc: BaseException) -> str:

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from fisk_sm.operator.prompter import Prompter, PromptError
+from fisk_sm.operator.prompter import NO_OPERATOR, Prompter, PromptError
 from fisk_sm.operator.sanitize import sanitize
 from fisk_sm.tools.base import Tool, ToolError
 
 __all__ = ["HITL_NOTE", "MAX_OPTIONS", "hitl_tools"]
 
 MAX_OPTIONS = 25
-NO_OPERATOR = "no interactive terminal is attached, so no operator could be asked"
 NO_CHOICE = "no option was chosen"
 NO_VALUE = "no value was entered"
 

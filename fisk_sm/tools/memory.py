@@ -28,6 +28,8 @@ from typing import Any
 
 import attrs
 
+from fisk_sm.config.errors import one_line
+from fisk_sm.config.names import IDENTITY_RE
 from fisk_sm.journal.statedir import (
     UnsafeFileError,
     fsync_directory,
@@ -63,7 +65,6 @@ MAX_DESCRIPTION_CHARS = 500
 MAX_ENTRIES = 1024
 _MAX_FILE_BYTES = MAX_CONTENT_BYTES + 8192  # content plus the largest frontmatter we write
 _KEY = re.compile(r"[A-Za-z0-9._=-]+")
-_IDENTITY = re.compile(r"[A-Za-z0-9_-]+")
 _FRONTMATTER = re.compile(rb"---\ndescription:[ \t]*([^\n]*)\n---(?:\n\n?|\Z)")
 
 
@@ -108,15 +109,11 @@ def check_key(key: object) -> str:
     return key
 
 
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
-
-
 def _render(key: str, description: object, content: object) -> bytes:
     """The file bytes for one memory, after checking the limits (the description flattened)."""
     if not isinstance(description, str) or not isinstance(content, str):
         raise MemoryLimitError(f"memory '{key}': description and content must be strings")
-    flat = _one_line(description)[:MAX_DESCRIPTION_CHARS].rstrip()
+    flat = one_line(description)[:MAX_DESCRIPTION_CHARS].rstrip()
     if not flat:
         raise MemoryLimitError(f"memory '{key}': the description must not be empty")
     body = content.encode("utf-8")
@@ -294,7 +291,7 @@ def memory_index(store: MemoryStore) -> str:
 
 def default_memory_directory(identity: str, env: Mapping[str, str] | None = None) -> Path:
     """`$XDG_STATE_HOME/fisk-sm/memory/<identity>` if set and absolute, else under `~/.local`."""
-    if _IDENTITY.fullmatch(identity) is None:
+    if IDENTITY_RE.fullmatch(identity) is None:
         raise ValueError(f"invalid identity {identity!r}: must match ^[a-zA-Z0-9_-]+$")
     return state_home(env) / "memory" / identity
 
@@ -307,7 +304,7 @@ def _tool_errors(action: str) -> Iterator[None]:
     except MemoryStoreError as exc:
         raise ToolError(str(exc)) from None
     except OSError as exc:
-        raise ToolError(f"cannot {action}: {_one_line(str(exc))}") from None
+        raise ToolError(f"cannot {action}: {one_line(str(exc))}") from None
 
 
 def _schema(properties: dict[str, Any], required: builtins.list[str]) -> dict[str, Any]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import re
 import shlex
 import signal
 import subprocess
@@ -19,25 +18,18 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from fisk_sm.config.names import always_stripped_env_name, secret_env_name
 from fisk_sm.tools.base import ToolError
 
 __all__ = [
-    "ALWAYS_STRIPPED_PREFIX",
     "HEAD_BYTES",
     "MAX_OUTPUT",
     "TAIL_BYTES",
     "TRUNCATION_MARKER",
     "WAIT_DELAY",
-    "always_stripped_env_name",
-    "pass_env_problem",
     "run_command",
-    "secret_env_name",
 ]
 
-#: Variables whose name starts with this (in any case) never reach a tool, not even by pass_env.
-ALWAYS_STRIPPED_PREFIX = "ANTHROPIC_"
-_ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_SECRET_NAME_RE = re.compile(r"^AWS_|_SECRET|_(?:TOKEN|KEY|PASSWORD)$", re.IGNORECASE)
 MAX_OUTPUT = 65536
 HEAD_BYTES = TAIL_BYTES = 32768
 TRUNCATION_MARKER = "\n...[output truncated]...\n"
@@ -45,30 +37,6 @@ TRUNCATION_MARKER = "\n...[output truncated]...\n"
 #: killed (only a process that left the group, e.g. by setsid, can still hold it); then it is
 #: closed and the result returned.
 WAIT_DELAY = 2.0
-
-
-def always_stripped_env_name(name: str) -> bool:
-    """Whether the variable is an ``ANTHROPIC_*`` one, kept from every tool without exception."""
-    return name.upper().startswith(ALWAYS_STRIPPED_PREFIX)
-
-
-def secret_env_name(name: str) -> bool:
-    """Whether a variable of this name is kept from a tool's environment by default.
-
-    That is ``ANTHROPIC_*`` and, unless the tool lists the name in ``pass_env``, names that look
-    like credentials: ``*_TOKEN``, ``*_SECRET*``, ``*_KEY``, ``*_PASSWORD`` and ``AWS_*`` (in
-    any case).
-    """
-    return always_stripped_env_name(name) or _SECRET_NAME_RE.search(name) is not None
-
-
-def pass_env_problem(name: str) -> str | None:
-    """Why ``name`` cannot be listed in a tool's ``pass_env``, or None if it can."""
-    if not _ENV_NAME_RE.fullmatch(name):
-        return f"must be a variable name ({_ENV_NAME_RE.pattern}), got {name!r}"
-    if always_stripped_env_name(name):
-        return f"{name} is never passed to a tool (no {ALWAYS_STRIPPED_PREFIX}* variable is)"
-    return None
 
 
 class _Capture(asyncio.SubprocessProtocol):

@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import re
 from collections import Counter
 from collections.abc import Callable, Collection, Coroutine, Sequence
 from typing import Any
@@ -39,6 +38,7 @@ from nats.errors import Error as NatsError
 from nats.errors import NoRespondersError
 
 from fisk_sm.config.agent import AgentConfig
+from fisk_sm.config.names import IDENTITY_RE, SUBJECT_RE, TOOL_NAME_RE
 from fisk_sm.tools.base import Tool, ToolBox, ToolError, ToolLoadError
 
 __all__ = [
@@ -51,22 +51,18 @@ __all__ = [
     "settle",
 ]
 
-ALIAS_RE = re.compile(r"^[a-zA-Z0-9_-]+$")
-SUBJECT_RE = re.compile(r"^[^\s.*>]+(\.[^\s.*>]+)*$")
-TOOL_NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
-
 
 class RemoteError(ToolLoadError):
     """A remote tool host could not be imported from; the run must not start."""
 
 
 def _check_alias(_: Any, __: Any, value: str) -> None:
-    if not ALIAS_RE.match(value):
-        raise ValueError(f"remote tool alias {value!r} must match {ALIAS_RE.pattern}")
+    if not IDENTITY_RE.fullmatch(value):
+        raise ValueError(f"remote tool alias {value!r} must match {IDENTITY_RE.pattern}")
 
 
 def _check_subject(_: Any, __: Any, value: str) -> None:
-    if not SUBJECT_RE.match(value):
+    if not SUBJECT_RE.fullmatch(value):
         raise ValueError(
             f"remote tool subject {value!r} must be dot-separated NATS tokens without wildcards"
         )
@@ -126,7 +122,7 @@ def _parse_listing(spec: RemoteSpec, reply: Any) -> list[_Offer]:
     offers: list[_Offer] = []
     for entry in reply["tools"]:
         name = entry.get("name") if isinstance(entry, dict) else None
-        if not isinstance(name, str) or not TOOL_NAME_RE.match(name):
+        if not isinstance(name, str) or not TOOL_NAME_RE.fullmatch(name):
             raise ValueError(f"bad tool name {name!r}: must match {TOOL_NAME_RE.pattern}")
         description = entry.get("description", "")
         schema = entry.get("input_schema")
@@ -181,7 +177,7 @@ def _local_names(offers: Sequence[_Offer], taken: Collection[str]) -> list[str]:
     claimed: dict[str, _Offer] = {}
     for offer, name in zip(offers, names, strict=True):
         source = f"tool {offer.name!r} of remote tool host {offer.spec.label}"
-        if not TOOL_NAME_RE.match(name):
+        if not TOOL_NAME_RE.fullmatch(name):
             raise RemoteError(f"{source} would be named {name!r}, longer than 64 characters")
         if name in taken:
             raise RemoteError(f"{source} would be named {name!r}, which a local tool has")
@@ -303,8 +299,6 @@ class ToolHost:
         for task in calls:
             task.cancel()
         await asyncio.gather(*calls, return_exceptions=True)
-
-    unsubscribe = stop
 
     async def __aenter__(self) -> ToolHost:
         return self

@@ -1,0 +1,59 @@
+"""The names fisk-sm checks in one place: crash policies, identities, tool names, NATS subjects
+and which environment variables are secrets.
+
+Every rule here is used by more than one module (the config loader, the tools, the remote host);
+keeping one copy means agent.yaml and `serve_tools` can never disagree about what is valid.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = [
+    "ALWAYS_STRIPPED_PREFIX",
+    "CRASH_POLICIES",
+    "IDENTITY_RE",
+    "SUBJECT_RE",
+    "TOOL_NAME_RE",
+    "always_stripped_env_name",
+    "pass_env_problem",
+    "secret_env_name",
+]
+
+#: What happens on resume to a tool that was running when the process died.
+CRASH_POLICIES = ("retry", "fail", "ask")
+#: An agent identity or a remote host's alias.
+IDENTITY_RE = re.compile(r"[a-zA-Z0-9_-]+")
+#: A tool name, as the Messages API accepts it.
+TOOL_NAME_RE = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+#: A NATS subject without wildcards: dot-separated tokens of letters, digits, '_' and '-'.
+SUBJECT_RE = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*")
+
+#: Variables whose name starts with this (in any case) never reach a tool, not even by pass_env.
+ALWAYS_STRIPPED_PREFIX = "ANTHROPIC_"
+_ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_SECRET_NAME_RE = re.compile(r"^AWS_|_SECRET|_(?:TOKEN|KEY|PASSWORD)$", re.IGNORECASE)
+
+
+def always_stripped_env_name(name: str) -> bool:
+    """Whether the variable is an ``ANTHROPIC_*`` one, kept from every tool without exception."""
+    return name.upper().startswith(ALWAYS_STRIPPED_PREFIX)
+
+
+def secret_env_name(name: str) -> bool:
+    """Whether a variable of this name is kept from a tool's environment by default.
+
+    That is ``ANTHROPIC_*`` and, unless the tool lists the name in ``pass_env``, names that look
+    like credentials: ``*_TOKEN``, ``*_SECRET*``, ``*_KEY``, ``*_PASSWORD`` and ``AWS_*`` (in
+    any case).
+    """
+    return always_stripped_env_name(name) or _SECRET_NAME_RE.search(name) is not None
+
+
+def pass_env_problem(name: str) -> str | None:
+    """Why ``name`` cannot be listed in a tool's ``pass_env``, or None if it can."""
+    if not _ENV_NAME_RE.fullmatch(name):
+        return f"must be a variable name ({_ENV_NAME_RE.pattern}), got {name!r}"
+    if always_stripped_env_name(name):
+        return f"{name} is never passed to a tool (no {ALWAYS_STRIPPED_PREFIX}* variable is)"
+    return None
