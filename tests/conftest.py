@@ -21,12 +21,14 @@ def api() -> Iterator[FakeMessagesAPI]:
 
 
 def make_config(api: FakeMessagesAPI, **budget: Any) -> AgentConfig:
-    """A config pointed at the fake API, with budget overrides."""
+    """A config pointed at the fake API, with budget overrides.
+
+    Prompt caching is off, so that tests can compare the requests the fake API received with the
+    conversation itself; tests/test_prompt_cache.py covers the breakpoints.
+    """
+    llm = {"model": "claude-test", "base_url": api.base_url, "budget": budget}
     return parse_config(
-        {
-            "system_prompt": "You are a test agent.",
-            "llm": {"model": "claude-test", "base_url": api.base_url, "budget": budget},
-        },
+        {"system_prompt": "You are a test agent.", "llm": {**llm, "no_prompt_cache": True}},
         env={},
     )
 

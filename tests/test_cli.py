@@ -96,13 +96,14 @@ def test_run_loads_python_tools_relative_to_the_config_and_exits_by_outcome(
         done = fisk_sm(
             "run", "-c", str(agent), "shout", "hey", env={"ANTHROPIC_BASE_URL": api.base_url}
         )
-        assert api.requests[0]["messages"][0]["content"] == "shout hey"
+        [prompt] = api.requests[0]["messages"][0]["content"]  # a block, for its cache breakpoint
+        assert prompt["text"] == "shout hey"
         assert api.requests[1]["messages"][-1]["content"][0]["content"] == "HEY"
     assert done.returncode == 0, done.stderr
     assert done.stdout == "HEY\n"
     with FakeMessagesAPI([Reply.text("no", stop_reason="refusal")]) as api:
         done = fisk_sm("run", "-c", str(agent), env={"ANTHROPIC_BASE_URL": api.base_url})
-        assert api.requests[0]["messages"][0]["content"] == "assist the user"
+        assert api.requests[0]["messages"][0]["content"][0]["text"] == "assist the user"
     assert done.returncode == 1
     assert done.stdout == ""
     assert "failed: model refused to respond" in done.stderr

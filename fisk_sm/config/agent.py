@@ -107,6 +107,8 @@ class LLMConfig:
     base_url: str | None = attrs.field(default=None, validator=_check_base_url_field)
     budget: Budget = Budget()
     thinking: Thinking = Thinking()
+    #: Send no prompt-cache breakpoints (they are on by default: the biggest cost lever).
+    no_prompt_cache: bool = False
 
     @property
     def output_cap(self) -> int:

@@ -144,4 +144,7 @@ class Harness:
     def request(self, messages: list[dict[str, Any]]) -> ModelRequest:
         """The next model request over `messages`."""
         system = self.system + self.context if self.context else self.system
-        return build_request(self.config.llm, system, self.tool_definitions, messages)
+        interactive = self.gate.prompter.available
+        return build_request(
+            self.config.llm, system, self.tool_definitions, messages, interactive=interactive
+        )

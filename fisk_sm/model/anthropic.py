@@ -37,16 +37,30 @@ class ModelRequest:
     system: tuple[dict[str, Any], ...] = ()
     tools: tuple[dict[str, Any], ...] = ()
     thinking: dict[str, Any] | None = None
+    #: The prompt-cache TTL ("5m" or "1h"), or None to send no cache breakpoints.
+    cache_ttl: str | None = None
 
     def params(self) -> dict[str, Any]:
-        """Keyword arguments for `messages.create`."""
+        """Keyword arguments for `messages.create`.
+
+        With a `cache_ttl`, two cache breakpoints are set: on the last system block (so the
+        tools and the system prompt are cached) and on the last block of the conversation (so
+        each call reads the whole conversation so far from the cache and adds its tail). The
+        stored conversation is never changed: only the copies sent carry `cache_control`.
+        """
+        messages, system = self.messages, list(self.system)
+        if self.cache_ttl is not None:
+            control = {"type": "ephemeral", "ttl": self.cache_ttl}
+            if system:
+                system[-1] = {**system[-1], "cache_control": control}
+            messages = _with_tail_breakpoint(messages, control)
         params: dict[str, Any] = {
             "model": self.model,
             "max_tokens": self.max_tokens,
-            "messages": self.messages,
+            "messages": messages,
         }
-        if self.system:
-            params["system"] = list(self.system)
+        if system:
+            params["system"] = system
         if self.tools:
             params["tools"] = list(self.tools)
         if self.thinking:
@@ -54,15 +68,55 @@ class ModelRequest:
         return params
 
 
+#: Blocks that may carry a cache breakpoint (thinking blocks, for one, may not).
+_CACHEABLE = frozenset({"text", "tool_result", "tool_use", "image", "document"})
+
+
+def _with_tail_breakpoint(
+    messages: list[dict[str, Any]], control: dict[str, str]
+) -> list[dict[str, Any]]:
+    """`messages` with a breakpoint on the last block of the last message, when it can take one."""
+    if not messages:
+        return messages
+    last = messages[-1]
+    content = last.get("content")
+    blocks: list[dict[str, Any]]
+    if isinstance(content, str):
+        blocks = [{"type": "text", "text": content}]
+    elif isinstance(content, list) and content:
+        blocks = list(content)
+    else:
+        return messages
+    if blocks[-1].get("type") not in _CACHEABLE:
+        return messages
+    blocks[-1] = {**blocks[-1], "cache_control": control}
+    return [*messages[:-1], {**last, "content": blocks}]
+
+
 def build_request(
     llm: LLMConfig,
     system: tuple[dict[str, Any], ...],
     tools: tuple[dict[str, Any], ...],
     messages: list[dict[str, Any]],
+    *,
+    interactive: bool = False,
 ) -> ModelRequest:
-    """The request for the next call: output cap and adaptive thinking from config."""
+    """The request for the next call: output cap, adaptive thinking and the prompt cache.
+
+    The cache lives 1h for an interactive run (an operator may take a while to answer) and 5m
+    otherwise; `llm.no_prompt_cache` turns it off.
+    """
     thinking = {"type": "adaptive", "display": "summarized"} if llm.thinking.enabled else None
-    return ModelRequest(llm.model, llm.output_cap, messages, system, tools, thinking)
+    ttl = None if llm.no_prompt_cache else ("1h" if interactive else "5m")
+    return ModelRequest(
+        model=llm.model,
+        max_tokens=llm.output_cap,
+        messages=messages,
+        system=system,
+        tools=tools,
+        thinking=thinking,
+        cache_ttl=ttl,
+    )
 
 
 class ModelClient(Protocol):
