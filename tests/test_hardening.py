@@ -8,6 +8,7 @@ every way a Python tool module can fail at import.
 from __future__ import annotations
 
 import copy
+import importlib
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -225,3 +226,38 @@ async def test_agent_yaml_and_serve_tools_agree_on_subjects(subject: str) -> Non
         host_ok = True
     assert config_ok == host_ok
     assert config_ok == (subject in ("tools.ops", "a-b_c.d"))
+
+
+def test_a_bug_is_an_internal_error_not_bad_input(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Exit 2 is for bad input; an unexpected exception says it is fisk-sm's fault and exits 70."""
+    cli_main = importlib.import_module("fisk_sm.cli.main")  # the module, not the function
+
+    def broken(args: object) -> int:
+        raise ValueError("a programming error\nover two lines")
+
+    monkeypatch.setitem(cli_main.COMMANDS, "info", broken)
+    assert main(["info", "-c", str(tmp_path / "agent.yaml")]) == 70
+    [line] = capsys.readouterr().err.splitlines()
+    assert line == (
+        "fisk-sm: internal error: ValueError: a programming error over two lines"
+        " (--debug shows the traceback)"
+    )
+    with pytest.raises(ValueError, match="a programming error"):
+        main(["--debug", "info", "-c", str(tmp_path / "agent.yaml")])
+
+
+def test_a_bug_while_structuring_the_config_is_not_reported_as_bad_input(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from fisk_sm.config import agent
+
+    def broken(value: object, _t: object) -> object:
+        raise AttributeError("a bug in a structure hook")
+
+    monkeypatch.setattr(agent, "_structure_duration", broken)
+    converter = agent._make_converter()
+    monkeypatch.setattr(agent, "_CONVERTER", converter)
+    with pytest.raises(AttributeError, match="a bug in a structure hook"):
+        parse_config({"llm": {"model": "m", "budget": {"call_timeout": "1s"}}}, env={})

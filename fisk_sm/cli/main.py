@@ -3,7 +3,8 @@
 Bad input never shows a traceback (unless `--debug`): it prints one line naming the file or field
 (a refused resume lists each change) and exits 2. A run exits 0 when it completed or was
 suspended, 1 when it ended otherwise, 74 when the disk failed it (the journal is intact up to its
-last record) and 130 when a second signal aborted it.
+last record) and 130 when a second signal aborted it. Anything else is a bug in fisk-sm, not in
+the input: one line says so and the command exits 70 (`--debug` shows the traceback).
 """
 
 from __future__ import annotations
@@ -29,6 +30,19 @@ from fisk_sm.tools.base import ToolLoadError
 __all__ = ["main"]
 
 EXIT_USAGE = 2
+#: An internal error (a bug), as in sysexits.h.
+EXIT_SOFTWARE = 70
+#: What bad input raises: exit 2 with one line.
+BAD_INPUT = (
+    ConfigError,
+    JournalError,
+    ResumeRefused,
+    ToolLoadError,
+    ScriptError,
+    TableError,
+    DiagramError,
+    UsageError,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -160,21 +174,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         say(f"fisk-sm: {exc}")
         return EXIT_IO
-    except (
-        ConfigError,
-        JournalError,
-        ResumeRefused,
-        ToolLoadError,
-        ScriptError,
-        TableError,
-        DiagramError,
-        UsageError,
-        ValueError,
-    ) as exc:
+    except BAD_INPUT as exc:
         if args.debug:
             raise
         say(f"fisk-sm: {exc}")
         return EXIT_USAGE
+    except Exception as exc:  # a bug: say so, never as if the input were bad
+        if args.debug:
+            raise
+        say(f"fisk-sm: internal error: {type(exc).__name__}: {exc} (--debug shows the traceback)")
+        return EXIT_SOFTWARE
 
 
 if __name__ == "__main__":  # pragma: no cover

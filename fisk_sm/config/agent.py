@@ -271,7 +271,7 @@ def _make_converter() -> cattrs.Converter:
 def _structure_item(conv: cattrs.Converter, index: int, item: object, item_type: Any) -> Any:
     try:
         return conv.structure(item, item_type)
-    except Exception as exc:
+    except _STRUCTURE_ERRORS as exc:
         raise _translate(exc, f"[{index}]", "") from None
 
 
@@ -283,7 +283,7 @@ def _structure_tool(conv: cattrs.Converter, index: int, item: object) -> ToolSpe
     if "python" in item:
         try:
             spec: ToolSpec = conv.structure(item, ToolSpec)
-        except Exception as exc:
+        except _STRUCTURE_ERRORS as exc:
             raise _Located(_translate(exc, where, "")) from None
         return spec
     if "command" in item or "name" in item:
@@ -314,6 +314,15 @@ def _duplicate_tool(tools: tuple[ToolSpec | ExecToolSpec, ...], source: str) -> 
             seen[spec.name] = index
 
 
+#: What bad input raises while structuring; anything else is a bug and is not dressed up as one.
+_STRUCTURE_ERRORS = (
+    cattrs.BaseValidationError,
+    ValueError,
+    TypeError,
+    KeyError,
+    _Problem,
+    _Located,
+)
 _CONVERTER = _make_converter()
 
 
@@ -345,6 +354,8 @@ def _translate(exc: BaseException, path: str, source: str) -> ConfigError:
     if isinstance(exc, IterableValidationError):
         for sub, inote in exc.group_exceptions()[0]:
             return _translate(sub, f"{path}[{inote.index}]", source)
+    if not isinstance(exc, ValueError | TypeError):
+        raise exc  # a bug in fisk-sm, found while structuring: not the input's fault
     return ConfigError(source, path or "(top level)", f"invalid value ({exc})")
 
 
@@ -362,7 +373,7 @@ def parse_config(
         raise ConfigError(source, "llm.model", "required")
     try:
         config = _CONVERTER.structure(data, AgentConfig)
-    except Exception as exc:
+    except _STRUCTURE_ERRORS as exc:
         raise _translate(exc, "", source) from exc
     _duplicate_tool(config.tools, source)
     env_url = (os.environ if env is None else env).get(_ENV_BASE_URL)

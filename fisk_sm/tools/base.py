@@ -262,7 +262,7 @@ class ToolBox:
         by_name: dict[str, Tool] = {}
         for t in tools:
             if t.name in by_name:
-                raise ValueError(f"duplicate tool name {t.name!r}")
+                raise ToolLoadError(f"duplicate tool name {t.name!r}")
             by_name[t.name] = t
         return cls(by_name)
 
