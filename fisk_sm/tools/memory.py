@@ -30,13 +30,7 @@ import attrs
 
 from fisk_sm.config.errors import one_line
 from fisk_sm.config.names import IDENTITY_RE
-from fisk_sm.journal.statedir import (
-    UnsafeFileError,
-    fsync_directory,
-    make_private_directory,
-    open_regular,
-    state_home,
-)
+from fisk_sm.journal import statedir
 from fisk_sm.tools.base import Tool, ToolError
 
 __all__ = [
@@ -170,10 +164,10 @@ class MemoryStore:
         """The memory under `key`, or None if there is none; a bad file is a `MemoryFileError`."""
         path = self.path(key)
         try:  # a symlink or a FIFO planted under a key's name is refused, never waited on
-            fd = open_regular(path, os.O_RDONLY)
+            fd = statedir.open_regular(path, os.O_RDONLY)
         except FileNotFoundError:
             return None
-        except UnsafeFileError as exc:
+        except statedir.UnsafeFileError as exc:
             raise MemoryFileError(f"{path}: {exc.strerror}") from None
         with os.fdopen(fd, "rb") as file:
             data = file.read(_MAX_FILE_BYTES + 1)
@@ -245,7 +239,7 @@ class MemoryStore:
         return sorted(n[:-3] for n in names if n.endswith(".md") and not _key_problem(n[:-3]))
 
     def _ensure_directory(self) -> None:
-        make_private_directory(self.directory)
+        statedir.make_private_directory(self.directory)
 
     def _write_temp(self, key: str, data: bytes) -> Path:
         """A fsynced 0600 temp file holding `data`, beside the key's file (same filesystem).
@@ -267,7 +261,7 @@ class MemoryStore:
         return temp
 
     def _fsync_directory(self) -> None:
-        fsync_directory(self.directory)
+        statedir.fsync_directory(self.directory)
 
 
 MEMORY_NOTE = (
@@ -293,7 +287,7 @@ def default_memory_directory(identity: str, env: Mapping[str, str] | None = None
     """`$XDG_STATE_HOME/fisk-sm/memory/<identity>` if set and absolute, else under `~/.local`."""
     if IDENTITY_RE.fullmatch(identity) is None:
         raise ValueError(f"invalid identity {identity!r}: must match ^[a-zA-Z0-9_-]+$")
-    return state_home(env) / "memory" / identity
+    return statedir.state_home(env) / "memory" / identity
 
 
 @contextlib.contextmanager
