@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench diagrams clean
+.PHONY: demo test test-fast lint bench diagrams clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,8 +20,15 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check fisk_sm tests bench examples
 	$(BIN)/mypy --strict fisk_sm
 
+# pytest-xdist workers (one per core; `make test TEST_WORKERS=0` runs in one process).
+TEST_WORKERS ?= auto
+
 test: lint
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(TEST_WORKERS)
+
+# Everything but the crash-safety trials (marked slow): for the edit-test loop; no lint.
+test-fast: $(STAMP)
+	$(BIN)/pytest -q -n $(TEST_WORKERS) -m "not slow"
 
 bench: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[dev,bench]'

@@ -36,10 +36,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # loop_overhead
 
 from loop_overhead import PROMPT, NullEvents, ScriptedModel, bench_config, echo
 
-from fisk_sm import sessions
 from fisk_sm.journal.base import MemoryJournal
 from fisk_sm.journal.filestore import FileStore
 from fisk_sm.journal.records import encode
+from fisk_sm.loop import sessions
+from fisk_sm.loop.harness import RunOptions
 from fisk_sm.loop.run import Run, loop_machine
 from fisk_sm.loop.sessions import resume_session, start_session
 
@@ -105,10 +106,8 @@ def ms(seconds: float) -> str:
 
 
 async def run_fisk(store: FileStore, run_id: str, n: int, model: ScriptedModel) -> Run:
-    run = start_session(
-        bench_config(n), PROMPT, store, run_id=run_id, model=model, tools=[echo],
-        events=NullEvents(),
-    )  # fmt: skip
+    options = RunOptions(model=model, tools=[echo], events=NullEvents())
+    run = await start_session(bench_config(n), PROMPT, store, options, run_id=run_id)
     state = await run.run()
     await run.harness.journal.close()
     if state != "completed" or run.data.tool_calls != n:
@@ -264,17 +263,18 @@ def journal_bytes(run: Run, n: int, rows: list[Row]) -> None:
 
 # --- 3. resume ------------------------------------------------------------------------------------
 
-PARTS = ("FileStore.load (read+decode)", "FileStore.open (lock+read+decode)", "fold")
+PARTS = ("FileStore.load (read+decode)", "FileStore.open (lock+read+decode)", "fold_journal")
 
 
 async def build_session(store: FileStore, run_id: str, iterations: int) -> Path:
     """The records the real loop writes, suspended after `iterations` tool iterations."""
     model = ScriptedModel(script(iterations + 1))
     journal = MemoryJournal()
-    run = Run.create(
-        bench_config(iterations), PROMPT, model=model, tools=[echo], journal=journal,
-        events=NullEvents(), run_id=run_id, should_suspend=lambda: model.calls >= iterations,
+    options = RunOptions(
+        model=model, tools=[echo], journal=journal, events=NullEvents(),
+        should_suspend=lambda: model.calls >= iterations,
     )  # fmt: skip
+    run = Run.create(bench_config(iterations), PROMPT, options, run_id=run_id)
     if await run.run() != "suspended":
         raise RuntimeError(f"the session did not suspend: {run.state}")
     meta, *rest = journal.records
@@ -294,13 +294,12 @@ async def resume_once(
     with (
         timing(FileStore, "load", parts, PARTS[0]),
         timing(FileStore, "open", parts, PARTS[1]),
-        timing(sessions, "fold", parts, PARTS[2]),
+        timing(sessions, "fold_journal", parts, PARTS[2]),
         timing(Path, "read_bytes", parts, "  of which Path.read_bytes"),
     ):
         start, cpu = time.perf_counter(), time.process_time()
-        run = resume_session(
-            config, "resume", store, model=ScriptedModel([]), tools=[echo], events=NullEvents()
-        )
+        options = RunOptions(model=ScriptedModel([]), tools=[echo], events=NullEvents())
+        run = await resume_session(config, "resume", store, options)
         state = await run.run_until("call")
         elapsed = time.perf_counter() - start, time.process_time() - cpu
     await run.harness.journal.close()

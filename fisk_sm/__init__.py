@@ -22,6 +22,7 @@ from fisk_sm.events.types import (
     MessageReceived,
     Recorder,
     RunEnded,
+    RunResumed,
     RunStarted,
     StateEntered,
     ToolCalled,
@@ -29,20 +30,30 @@ from fisk_sm.events.types import (
     WarningRaised,
 )
 from fisk_sm.journal.base import Journal, JournalError, MemoryJournal
+from fisk_sm.journal.filestore import FileStore
+from fisk_sm.journal.fold import fold
 from fisk_sm.journal.snapshot import RunData, Snapshot, Usage
+from fisk_sm.loop.fingerprint import ResumeRefused
+from fisk_sm.loop.harness import Harness, RunOptions
 from fisk_sm.loop.run import Run, RunFinished, SyncRun
-from fisk_sm.machine.evaluator import Step
+from fisk_sm.loop.sessions import resume_session, start_session
+from fisk_sm.machine.evaluator import GuardCheck, Step
 from fisk_sm.model.anthropic import AnthropicModel, ModelClient, ModelError, ModelRequest
-from fisk_sm.tools.base import Outcome, Tool, ToolBox, tool
+from fisk_sm.operator.prompter import Approval, Prompter, ScriptedPrompter
+from fisk_sm.tools.base import Outcome, Tool, ToolBox, ToolError, tool
 
 __all__ = [
     "AgentConfig",
     "AnthropicModel",
+    "Approval",
     "Budget",
     "ConfigError",
     "Event",
     "Events",
     "Fanout",
+    "FileStore",
+    "GuardCheck",
+    "Harness",
     "Journal",
     "JournalError",
     "JsonLinesEvents",
@@ -54,12 +65,17 @@ __all__ = [
     "ModelError",
     "ModelRequest",
     "Outcome",
+    "Prompter",
     "Recorder",
+    "ResumeRefused",
     "Run",
     "RunData",
     "RunEnded",
     "RunFinished",
+    "RunOptions",
+    "RunResumed",
     "RunStarted",
+    "ScriptedPrompter",
     "Snapshot",
     "StateEntered",
     "Step",
@@ -68,10 +84,14 @@ __all__ = [
     "Tool",
     "ToolBox",
     "ToolCalled",
+    "ToolError",
     "ToolFinished",
     "Usage",
     "WarningRaised",
+    "fold",
     "load_config",
     "parse_config",
+    "resume_session",
+    "start_session",
     "tool",
 ]

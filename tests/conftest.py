@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from fisk_sm import AgentConfig, MemoryJournal, Recorder, Run, Tool, parse_config
+from fisk_sm.loop.harness import RunOptions
 from fisk_sm.testing import FakeMessagesAPI
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,12 +39,6 @@ def make_run(
 ) -> tuple[Run, Recorder, MemoryJournal]:
     """A run against the fake API with a recorder and an in-memory journal."""
     events, journal = Recorder(), MemoryJournal()
-    run = Run.create(
-        make_config(api, **budget),
-        "do the thing",
-        tools=tools or [],
-        events=events,
-        journal=journal,
-        run_id="test-run",
-    )
+    options = RunOptions(tools=tools or [], events=events, journal=journal)
+    run = Run.create(make_config(api, **budget), "do the thing", options, run_id="test-run")
     return run, events, journal

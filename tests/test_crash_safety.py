@@ -1,12 +1,19 @@
 """Crash safety through the real CLI: real subprocesses, real signals, real files.
 
 Each trial starts `fisk-sm run --checkpoint` against a loopback fake model (4 turns of 2 tool
-calls, then a final answer), hits it with one signal at a seeded random moment, then resumes it
-through the CLI until it completes. The side-effect file, the fake's request log and the journal
-then show what ran twice: after a SIGTERM nothing, after a SIGKILL at most the one tool the
-journal shows as interrupted (none under `crash_policy: fail`) and the one model call in flight.
-Each test prints where its signals landed (run with -s to see it). The processes come from
-crashkit: `python -m fisk_sm.cli` (FISK_CRASH_FORK=1: forked from a server with the SDK imported).
+calls, then a final answer), hits it with one signal, then resumes it through the CLI until it
+completes. The side-effect file, the fake's request log and the journal then show what ran
+twice: after a SIGTERM nothing, after a SIGKILL at most the one tool the journal shows as
+interrupted (none under `crash_policy: fail`) and the one model call in flight.
+
+Most signals come from failpoints (`FISK_FAILPOINT`, see `fisk_sm.journal.failpoint`): the
+process signals itself at an exact record, so every phase of the loop is hit on every run of the
+suite. The rest land at a seeded random moment after the first model call; the final reply is
+held back until the signal is sent, so a random signal can never miss the run. Each trial is
+classified by the journal at the moment of its signal (mid-call, mid-tool, between tools, after
+the final answer), and each test asserts that its signals landed in every phase. Run with -s to
+see the counts. The processes come from crashkit (forked from a server that imported the SDK
+once; a few trials run `python -m fisk_sm.cli` itself).
 """
 
 from __future__ import annotations
@@ -15,7 +22,9 @@ import collections
 import json
 import os
 import random
+import re
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -23,58 +32,74 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from crashkit import Command, run
+import pytest
+from crashkit import STALL, Command, Stalled, run, size
 
 from fisk_sm.journal.filestore import FileStore
 from fisk_sm.journal.fold import fold
-from fisk_sm.journal.records import Record, ToolResult, ToolStarted
+from fisk_sm.journal.records import Assistant, Record, Terminal, ToolResult, ToolStarted
 from fisk_sm.journal.snapshot import Snapshot
 from fisk_sm.loop.actions import INTERRUPTED
 from fisk_sm.testing import FakeMessagesAPI, Reply
 
+pytestmark = pytest.mark.slow
+
 TURNS = 4
 LABELS = [f"t{turn}{side}" for turn in range(TURNS) for side in "ab"]
 IDS = [f"toolu_{label}" for label in LABELS]
-RUN_LENGTH = 1.0  # seconds from the first model request to the end of a run, roughly
+#: A random signal lands this long (at most) after the first model request.
+WINDOW = 0.8
 WORKERS = 6  # trials at a time
+#: The phases every test must hit: waiting for the model, a tool running, between two tools.
+PHASES = ("call", "tool", "between tools")
 TOOLS = '''
 import os
 import time
 from pathlib import Path
 
+PAUSE = float(os.environ.get("CRASH_TOOL_PAUSE", "0"))
+
 
 def effect(label: str) -> str:
     """Take a while, record a side effect, take a while."""
-    time.sleep(0.025)
+    time.sleep(PAUSE)
     fd = os.open(Path(__file__).with_name("effects.log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
     try:
         os.write(fd, f"{label}\\n".encode())
     finally:
         os.close(fd)
-    time.sleep(0.025)
+    time.sleep(PAUSE)
     return "did " + label
 '''
 
 
 class TurnAPI(FakeMessagesAPI):
     """Answers by the number of assistant turns in the request, so a re-paid call is answered
-    the same way (the base class pops its script, which a repeated call would skew)."""
+    the same way (the base class pops its script, which a repeated call would skew).
+
+    The final answer is held back until `released` is set: a random signal then always finds
+    the run still going.
+    """
 
     def __init__(self, script: Iterable[Reply]) -> None:
         super().__init__()
         self.script = tuple(script)
+        self.released = threading.Event()
 
     def _record(self, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, Reply | None]:
         with self._lock:
             self.requests.append(body)
             self.request_headers.append(headers)
             turn = sum(m.get("role") == "assistant" for m in body.get("messages", []))
-            return len(self.requests), self.script[turn] if turn < len(self.script) else None
+            n = len(self.requests)
+        if turn == TURNS:
+            self.released.wait(STALL)
+        return n, self.script[turn] if turn < len(self.script) else None
 
 
-def script(rng: random.Random) -> list[Reply]:
+def script(rng: random.Random | None) -> list[Reply]:
     def delay() -> float:
-        return rng.uniform(0.05, 0.15)
+        return rng.uniform(0.05, 0.15) if rng is not None else 0.0
 
     uses = [Reply.tool_use("effect", {"label": x}, id=f"toolu_{x}").content[0] for x in LABELS]
     turns = [
@@ -83,10 +108,27 @@ def script(rng: random.Random) -> list[Reply]:
     return [*turns, Reply.text("all done", delay=delay())]
 
 
+@dataclass(frozen=True)
+class Plan:
+    """One trial: a failpoint (`WHEN:TYPE:N`), or a random moment drawn from `seed`."""
+
+    sig: signal.Signals
+    policy: str
+    failpoint: str = ""
+    seed: int = 0
+    exec_: bool = False
+
+    @property
+    def name(self) -> str:
+        how = f"failpoint {self.failpoint}" if self.failpoint else f"seed {self.seed}"
+        return how + (" (exec)" if self.exec_ else "")
+
+
 @dataclass
 class Trial:
+    plan: Plan
     exit_code: int  # of the signalled run
-    phase: str  # where the signal landed, by the journal just before it was sent
+    phase: str  # where the signal landed, by the journal at that moment
     after: Snapshot  # the journal the signal left, folded (before any resume)
     final: Snapshot
     records: list[Record]  # the final journal
@@ -95,48 +137,92 @@ class Trial:
     effects: collections.Counter[str]
 
 
-def env() -> dict[str, str]:
-    full = {**os.environ, "ANTHROPIC_API_KEY": "test"}
-    full.pop("ANTHROPIC_BASE_URL", None)
-    return full
+def env(**extra: str) -> dict[str, str]:
+    """The children's environment: this one's, without what would steer the run elsewhere."""
+    unwanted = ("ANTHROPIC_BASE_URL", "FISK_FAILPOINT", "CRASH_TOOL_PAUSE")
+    full = {k: v for k, v in os.environ.items() if k not in unwanted}
+    return {**full, "ANTHROPIC_API_KEY": "test", **extra}
 
 
 def journal(state: Path) -> list[Record]:
     return FileStore(state).load("s")  # a torn last line is dropped
 
 
-def phase_of(snapshot: Snapshot) -> str:
-    if snapshot.status != "open":
-        return "ended"  # the terminal record is written: no run left to stop
-    if snapshot.interrupted:
+def phase_at(records: list[Record]) -> str:
+    """Where a run stands when its journal is `records`: in a model call (its answer not yet
+    journaled), in a tool (its intent journaled, its result not), between tools, after the
+    final answer (not yet ended) or ended."""
+    last = records[-1]
+    if isinstance(last, Terminal):
+        return "ended"
+    if isinstance(last, ToolStarted):
         return "tool"
-    return {"suspend_check": "call", "execute": "between tools"}.get(snapshot.state, "turn")
+    turns = [i for i, r in enumerate(records) if isinstance(r, Assistant)]
+    if not turns:
+        return "call"
+    turn = records[turns[-1]]
+    assert isinstance(turn, Assistant)
+    uses = [b for b in turn.message["content"] if b.get("type") == "tool_use"]
+    if not uses:
+        return "answered"
+    answered = sum(isinstance(r, ToolResult) for r in records[turns[-1] :])
+    return "between tools" if answered < len(uses) else "call"
 
 
-def run_trial(work: Path, seed: int, sig: signal.Signals, policy: str) -> Trial:
-    """Start a session, signal it once at a seeded moment, then resume it to completion."""
-    rng = random.Random(seed)
+def expected_phase(failpoint: str) -> str:
+    """Where `WHEN:TYPE:N` stops this script's run (4 turns of 2 tools, then the answer)."""
+    when, kind, count = failpoint.split(":")[:3]
+    n = int(count)
+    if kind == "tool_started":
+        return "tool" if when == "after" else "between tools"
+    if kind == "tool_result":
+        if when == "before":
+            return "tool"
+        return "between tools" if n % 2 else "call"
+    if kind == "assistant":
+        if when == "before":
+            return "call"
+        return "between tools" if n <= TURNS else "answered"
+    assert (when, kind) == ("before", "terminal"), failpoint
+    return "answered"
+
+
+FIRED = re.compile(r"fisk-sm: failpoint (\S+) at seq (\d+)")
+
+
+def run_trial(work: Path, plan: Plan) -> Trial:
+    """Start a session, signal it once, then resume it to completion."""
+    rng = random.Random(plan.seed) if not plan.failpoint else None
     work.mkdir()
     (work / "crash_tools.py").write_text(TOOLS)
     state, agent = work / "state", work / "agent.yaml"
     with TurnAPI(script(rng)) as api:
         agent.write_text(
-            f"llm: {{model: m, base_url: '{api.base_url}'}}\n"
-            f"tools: [{{python: 'crash_tools:effect', crash_policy: {policy}}}]\n"
+            f"llm: {{model: m, base_url: '{api.base_url}', no_prompt_cache: true}}\n"
+            f"tools: [{{python: 'crash_tools:effect', crash_policy: {plan.policy}}}]\n"
         )
         args, log = ["run", "-c", str(agent), "--state-dir", str(state)], work / "run.log"
-        proc = Command([*args, "--checkpoint", "--name", "s", "go"], env(), log)
+
+        def progress() -> object:
+            return size(log, state / "s.json"), len(api.requests)
+
+        extra = {"CRASH_TOOL_PAUSE": "0.025"} if rng is not None else {}
+        if plan.failpoint:
+            api.released.set()
+            extra["FISK_FAILPOINT"] = f"{plan.failpoint}:{plan.sig.name}"
+        argv = [*args, "--checkpoint", "--name", "s", "go"]
+        proc = Command(argv, env(**extra), log, exec_=plan.exec_)
         try:
-            deadline = time.monotonic() + 60
-            while not api.requests and proc.poll() is None:  # the moment starts with the loop
-                assert time.monotonic() < deadline, "the run never called the model"
-                time.sleep(0.002)
-            time.sleep(rng.uniform(0.0, RUN_LENGTH))
-            phase = phase_of(fold(journal(state))) if proc.poll() is None else "exited"
-            if phase != "ended":
-                proc.send_signal(sig)
-            exit_code = proc.wait()
+            if rng is None:
+                exit_code = proc.wait(progress)
+                fired = FIRED.findall(log.read_text())
+                assert len(fired) == 1, f"the failpoint fired {len(fired)} times: {log}"
+                phase = phase_at(journal(state)[: int(fired[0][1])])
+            else:
+                phase = signal_at_random(proc, api, rng, plan.sig, state, progress)
+                exit_code = proc.wait(progress)
         finally:
+            api.released.set()
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
@@ -144,33 +230,94 @@ def run_trial(work: Path, seed: int, sig: signal.Signals, policy: str) -> Trial:
         resumes = 0
         while fold(journal(state)).status != "completed" and resumes < 3:
             resumes += 1
-            code = run([*args, "--resume", "s"], env(), log)
+            code = run([*args, "--resume", "s"], env(), log, progress, exec_=plan.exec_)
             assert code == 0, f"resume exited {code}: {log.read_text()[-2000:]}"
         requests = list(api.requests)
     log_path = work / "effects.log"
     effects = collections.Counter(log_path.read_text().split() if log_path.exists() else [])
     final = journal(state)
-    return Trial(exit_code, phase, after, fold(final), final, resumes, requests, effects)
+    return Trial(plan, exit_code, phase, after, fold(final), final, resumes, requests, effects)
 
 
-def run_trials(
-    tmp_path: Path, seeds: range, sig: signal.Signals, policy: str, check: Callable[[Trial], None]
-) -> list[Trial]:
-    """All trials, WORKERS at a time; every failing seed is reported, not just the first."""
+def signal_at_random(
+    proc: Command,
+    api: TurnAPI,
+    rng: random.Random,
+    sig: signal.Signals,
+    state: Path,
+    progress: Callable[[], object],
+) -> str:
+    """Send `sig` at a seeded moment after the first model request; the phase it landed in.
 
-    def one(seed: int) -> Trial | str:
+    The final answer is held back until the signal is sent, so the run is still going. For a
+    SIGKILL the phase is read from the journal it left; for a SIGTERM, from the journal read
+    just before it is sent (the run may have moved on by a step since).
+    """
+    last, since = progress(), time.monotonic()
+    while not api.requests:  # the moment starts with the loop
+        assert proc.poll() is None, f"the run exited {proc.poll()} before calling the model"
+        time.sleep(0.002)
+        if (now := progress()) != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since > STALL:
+            raise Stalled("the run never called the model")
+    time.sleep(rng.uniform(0.0, WINDOW))
+    before = journal(state)
+    proc.send_signal(sig)
+    api.released.set()
+    if sig == signal.SIGKILL:
+        proc.wait(progress)
+        return phase_at(journal(state))
+    return phase_at(before)
+
+
+def run_trials(tmp_path: Path, plans: list[Plan], check: Callable[[Trial], None]) -> list[Trial]:
+    """All trials, WORKERS at a time; every failing trial is reported, not just the first."""
+
+    def one(index: int, plan: Plan) -> Trial | str:
         try:
-            trial = run_trial(tmp_path / f"trial-{seed}", seed, sig, policy)
+            trial = run_trial(tmp_path / f"trial-{index}", plan)
             check(trial)
+            if plan.failpoint:
+                want = expected_phase(plan.failpoint)
+                assert trial.phase == want, f"landed {trial.phase!r}, meant {want!r}"
+                if plan.sig == signal.SIGKILL:
+                    assert trial.exit_code == -signal.SIGKILL, f"exit code {trial.exit_code}"
         except Exception as exc:
-            return f"seed {seed}: {type(exc).__name__}: {exc}"
+            return f"{plan.name}: {type(exc).__name__}: {exc}"
         return trial
 
     with ThreadPoolExecutor(WORKERS) as pool:
-        outcomes = list(pool.map(one, seeds))
+        outcomes = list(pool.map(one, range(len(plans)), plans))
     failures = [o for o in outcomes if isinstance(o, str)]
     assert not failures, "\n".join(failures)
     return [o for o in outcomes if isinstance(o, Trial)]
+
+
+def plans(
+    sig: signal.Signals, policy: str, failpoints: Iterable[str], seeds: range, execs: int = 2
+) -> list[Plan]:
+    """A trial per failpoint, then one per seed (the first `execs` of them through exec)."""
+    fixed = [Plan(sig, policy, failpoint=f) for f in failpoints]
+    drawn = [Plan(sig, policy, seed=s, exec_=i < execs) for i, s in enumerate(seeds)]
+    return fixed + drawn
+
+
+def each(when: str, kind: str, counts: Iterable[int]) -> list[str]:
+    return [f"{when}:{kind}:{n}" for n in counts]
+
+
+TOOL_COUNTS = range(1, 2 * TURNS + 1)
+CALL_COUNTS = range(1, TURNS + 2)
+#: Every record boundary of the script's run.
+EVERY = [
+    *each("after", "tool_started", TOOL_COUNTS),
+    *each("before", "tool_result", TOOL_COUNTS),
+    *each("after", "tool_result", TOOL_COUNTS),
+    *each("before", "assistant", CALL_COUNTS),
+    *each("after", "assistant", CALL_COUNTS),
+    "before:terminal:1",
+]
 
 
 def key(messages: Iterable[dict[str, Any]]) -> str:
@@ -220,38 +367,57 @@ def interrupted_ids(trial: Trial) -> list[str]:
     return interrupted
 
 
-def report(name: str, trials: list[Trial], **counts: int) -> None:
+def report_and_check_phases(name: str, trials: list[Trial], **counts: int) -> None:
+    """Print where the signals landed; every phase of PHASES must have been hit."""
     phases = collections.Counter(t.phase for t in trials)
+    drawn = collections.Counter(t.phase for t in trials if not t.plan.failpoint)
     more = "".join(f", {what} {n}" for what, n in counts.items())
-    print(f"\n{name}: {len(trials)} trials; signal landed: {dict(phases)}{more}")
+    print(
+        f"\n{name}: {len(trials)} trials; signal landed: {dict(phases)}"
+        f" (random ones: {dict(drawn)}){more}"
+    )
+    missed = [phase for phase in PHASES if not phases[phase]]
+    assert not missed, f"no signal landed in: {', '.join(missed)}; landed: {dict(phases)}"
 
 
-def shutdown_race(trial: Trial) -> bool:
-    """A SIGTERM in the microsecond between the loop giving up its handler and "ignore" taking
-    over kills the process (exit -15) though the run completed (fisk-sm now ignores signals
-    once the run has ended; before that fix the window was the whole interpreter shutdown).
-    We do not signal a run whose terminal record we saw; tolerated only in that case."""
-    return trial.exit_code == -signal.SIGTERM and trial.after.status == "completed"
+def check_landed_before_the_end(trial: Trial) -> None:
+    """A random SIGKILL finds the run going (its final answer is held until the signal)."""
+    if not trial.plan.failpoint and trial.plan.sig == signal.SIGKILL:
+        assert trial.exit_code == -signal.SIGKILL, f"the signalled run exited {trial.exit_code}"
+        assert trial.after.status == "open", trial.after.status
+
+
+SIGTERM_POINTS = [
+    *each("after", "tool_started", (1, 4, 6, 8)),
+    *each("before", "tool_result", (2, 7)),
+    *each("after", "tool_result", (1, 2, 5)),
+    *each("before", "assistant", CALL_COUNTS),
+    *each("after", "assistant", range(1, TURNS + 1)),
+]
 
 
 def test_sigterm_suspend_is_exactly_once(tmp_path: Path) -> None:
     def check(trial: Trial) -> None:
-        code = trial.exit_code
-        assert code == 0 or shutdown_race(trial), f"the signalled run exited {code}"
-        assert trial.after.status in ("suspended", "completed"), trial.after.status
+        assert trial.exit_code == 0, f"the signalled run exited {trial.exit_code}"
+        # A SIGTERM during the final call lets the answer in: the run completes.
+        want = ("suspended", "completed") if trial.phase == "call" else ("suspended",)
+        assert trial.after.status in want, trial.after.status
         assert not trial.after.interrupted, "a suspend left a tool interrupted"
         check_common(trial, repeatable=None)
         assert len(trial.requests) == TURNS + 1, f"{len(trial.requests)} model calls"
         assert trial.effects == collections.Counter(LABELS), f"side effects: {trial.effects}"
         assert started(trial) == collections.Counter(IDS), f"tool_started: {started(trial)}"
 
-    trials = run_trials(tmp_path, range(1000, 1020), signal.SIGTERM, "retry", check)
+    trials = run_trials(
+        tmp_path, plans(signal.SIGTERM, "retry", SIGTERM_POINTS, range(1000, 1010)), check
+    )
     suspended = sum(t.after.status == "suspended" for t in trials)
-    report("SIGTERM", trials, suspended=suspended, race=sum(map(shutdown_race, trials)))
+    report_and_check_phases("SIGTERM", trials, suspended=suspended)
 
 
 def test_sigkill_repeats_at_most_the_interrupted_tool(tmp_path: Path) -> None:
     def check(trial: Trial) -> None:
+        check_landed_before_the_end(trial)
         check_common(trial, repeatable=key(trial.after.messages))
         interrupted = interrupted_ids(trial)
         for use_id, label in zip(IDS, LABELS, strict=True):
@@ -259,8 +425,8 @@ def test_sigkill_repeats_at_most_the_interrupted_tool(tmp_path: Path) -> None:
             assert runs in ((1, 2) if again else (1,)), f"{label} ran {runs} times"
             assert started(trial)[use_id] == 1 + again, f"tool_started: {started(trial)}"
 
-    trials = run_trials(tmp_path, range(2000, 2050), signal.SIGKILL, "retry", check)
-    report(
+    trials = run_trials(tmp_path, plans(signal.SIGKILL, "retry", EVERY, range(2000, 2020)), check)
+    report_and_check_phases(
         "SIGKILL retry",
         trials,
         tool_twice=sum(2 in t.effects.values() for t in trials),
@@ -268,8 +434,17 @@ def test_sigkill_repeats_at_most_the_interrupted_tool(tmp_path: Path) -> None:
     )
 
 
+FAIL_POINTS = [
+    *each("after", "tool_started", TOOL_COUNTS),
+    *each("before", "tool_result", TOOL_COUNTS),
+    *each("before", "assistant", (2, 5)),
+    *each("after", "tool_result", (3,)),
+]
+
+
 def test_sigkill_with_crash_policy_fail_never_repeats_a_tool(tmp_path: Path) -> None:
     def check(trial: Trial) -> None:
+        check_landed_before_the_end(trial)
         check_common(trial, repeatable=key(trial.after.messages))
         interrupted = interrupted_ids(trial)
         for label in LABELS:
@@ -284,8 +459,10 @@ def test_sigkill_with_crash_policy_fail_never_repeats_a_tool(tmp_path: Path) -> 
             got = {k: v for k, v in results[use_id].items() if k in ("content", "is_error")}
             assert got == (expected or {"content": "did " + use_id[6:]}), results[use_id]
 
-    trials = run_trials(tmp_path, range(3000, 3020), signal.SIGKILL, "fail", check)
-    report(
+    trials = run_trials(
+        tmp_path, plans(signal.SIGKILL, "fail", FAIL_POINTS, range(3000, 3006)), check
+    )
+    report_and_check_phases(
         "SIGKILL fail",
         trials,
         tool_never_ran=sum(0 in (t.effects[label] for label in LABELS) for t in trials),

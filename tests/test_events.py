@@ -7,11 +7,14 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+import pytest
 from conftest import make_config, make_run
 from structlog.testing import capture_logs
 
 from fisk_sm import (
+    Event,
     Fanout,
     JsonLinesEvents,
     LineUI,
@@ -24,8 +27,13 @@ from fisk_sm import (
     StructlogEvents,
     ToolCalled,
     ToolFinished,
+    Usage,
     tool,
 )
+from fisk_sm.events.types import wants
+from fisk_sm.journal.records import Assistant
+from fisk_sm.journal.snapshot import RunData
+from fisk_sm.loop.harness import RunOptions
 from fisk_sm.testing import FakeMessagesAPI, Reply
 
 
@@ -37,7 +45,7 @@ def echo(text: str) -> str:
 
 async def test_one_state_entered_event_per_state_entry_in_order(api: FakeMessagesAPI) -> None:
     api.add(Reply.tool_use("echo", {"text": "hi"}), Reply.text("bye"))
-    run, events, _ = make_run(api, [echo])
+    run, events, journal = make_run(api, [echo])
     entered: list[str] = []
     while not run.finished:
         before = len(events.of(StateEntered))
@@ -62,17 +70,76 @@ async def test_one_state_entered_event_per_state_entry_in_order(api: FakeMessage
         2,
         1,
     )
-    assert ended.input_tokens == 20
+    assert ended.usage == Usage(input_tokens=20, output_tokens=10)
     started = events.of(RunStarted)[0]
     assert started.tools == ("echo",) and started.model == "claude-test"
     messages = events.of(MessageReceived)
     assert [m.terminal for m in messages] == [False, True]
+    assert messages[0].usage == Usage(input_tokens=10, output_tokens=5)
+    # one iteration number everywhere: the model calls started when the event was made
+    assert [e.iteration for e in events.of(StateEntered)] == [0, 0, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2]
+    assert [m.iteration for m in messages] == [1, 2]
+    assert [r.iteration for r in journal.records if isinstance(r, Assistant)] == [1, 2]
+    assert ended.iteration == run.data.iteration == 2
+
+
+class Picky:
+    """A sink that reads only some kinds, and counts what it was offered."""
+
+    def __init__(self, *kinds: type[Event]) -> None:
+        self.kinds = kinds
+        self.received: list[Event] = []
+
+    def wants(self, kind: type[Event]) -> bool:
+        return kind in self.kinds
+
+    def emit(self, event: Event) -> None:
+        self.received.append(event)
+
+
+async def test_events_no_sink_reads_are_not_built(
+    api: FakeMessagesAPI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    built: list[str] = []
+    joined: list[str] = []
+
+    def counting_init(event: StateEntered, **fields: Any) -> None:
+        built.append(fields["state"])
+        init(event, **fields)
+
+    def counting_answer(data: RunData) -> str:
+        joined.append(data.run_id)
+        return answer(data)
+
+    init, answer = StateEntered.__init__, RunData.answer
+    monkeypatch.setattr(StateEntered, "__init__", counting_init)
+    monkeypatch.setattr(RunData, "answer", counting_answer)
+    api.add(Reply.tool_use("echo", {"text": "hi"}), Reply.text("bye"))
+    picky = Picky(RunEnded)
+    await Run.create(make_config(api), "go", RunOptions(tools=[echo], events=picky)).run()
+    offered = {type(e) for e in picky.received}  # the rare events are still offered to all
+    assert built == [] and StateEntered not in offered and MessageReceived not in offered
+    assert RunEnded in offered
+    assert len(joined) == 1  # the answer of RunEnded alone; no MessageReceived text per turn
+
+    api.add(Reply.tool_use("echo", {"text": "hi"}), Reply.text("bye"))
+    both = Fanout((Picky(RunEnded), Picky(StateEntered, MessageReceived)))
+    await Run.create(make_config(api), "go", RunOptions(tools=[echo], events=both)).run()
+    assert len(built) == 12 and len(joined) == 1 + 2 + 1  # a Fanout reads what any sink reads
+
+
+def test_a_sink_without_wants_reads_everything_and_line_ui_reads_state_entries_only_in_trace() -> (
+    None
+):
+    assert wants(Recorder(), StateEntered) and wants(JsonLinesEvents(io.StringIO()), StateEntered)
+    assert not wants(LineUI(), StateEntered) and wants(LineUI(trace=True), StateEntered)
+    assert wants(LineUI(), MessageReceived) and wants(LineUI(), RunEnded)
 
 
 async def test_structlog_adapter_logs_every_event(api: FakeMessagesAPI) -> None:
     api.add(Reply.tool_use("echo", {"text": "x" * 5000}), Reply.text("done"))
     with capture_logs() as logs:
-        run = Run.create(make_config(api), "go", tools=[echo], events=StructlogEvents())
+        run = Run.create(make_config(api), "go", RunOptions(tools=[echo], events=StructlogEvents()))
         await run.run()
     names = [entry["event"] for entry in logs]
     assert names[0] == "run_started"
@@ -97,7 +164,9 @@ def test_importing_fisk_sm_does_not_configure_logging() -> None:
 async def test_line_ui_puts_only_the_answer_on_stdout(api: FakeMessagesAPI) -> None:
     api.add(Reply.tool_use("echo", {"text": "hey"}, text="let me echo"), Reply.text("the answer"))
     out, err = io.StringIO(), io.StringIO()
-    run = Run.create(make_config(api), "go", tools=[echo], events=LineUI(out=out, err=err))
+    run = Run.create(
+        make_config(api), "go", RunOptions(tools=[echo], events=LineUI(out=out, err=err))
+    )
     await run.run()
     assert out.getvalue() == "the answer\n"
     lines = err.getvalue().splitlines()
@@ -112,11 +181,18 @@ async def test_json_lines_stream_and_fanout(api: FakeMessagesAPI, tmp_path: Path
     recorder = Recorder()
     path = tmp_path / "events.jsonl"
     with path.open("w") as stream:
-        sinks = Fanout((recorder, JsonLinesEvents(stream)))
-        await Run.create(make_config(api), "go", events=sinks).run()
+        lines = JsonLinesEvents(stream)
+        await Run.create(make_config(api), "go", RunOptions(events=Fanout((recorder, lines)))).run()
+        await lines.aclose()  # the lines are written off the loop: wait for all of them
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     assert [line["event"] for line in lines] == [e.kind for e in recorder]
     assert lines[-1]["state"] == "completed" and lines[-1]["answer"] == "fine"
+    assert lines[-1]["usage"] == {
+        "input_tokens": 10,
+        "output_tokens": 5,
+        "cache_read_tokens": 0,
+        "cache_create_tokens": 0,
+    }
     assert not recorder.of(ToolCalled) and not recorder.of(ToolFinished)
 
 
@@ -124,7 +200,9 @@ async def test_line_ui_strips_control_sequences_from_model_text(api: FakeMessage
     evil = "\x1b]0;owned\x07\x1b[2Jhi\x9b31m"
     api.add(Reply.tool_use("echo", {"text": evil}), Reply.text("ok"))
     out, err = io.StringIO(), io.StringIO()
-    run = Run.create(make_config(api), "go", tools=[echo], events=LineUI(out=out, err=err))
+    run = Run.create(
+        make_config(api), "go", RunOptions(tools=[echo], events=LineUI(out=out, err=err))
+    )
     await run.run()
     shown = err.getvalue()
     assert "<- hi" in shown

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from crashkit import STALL, Lines
 
 from fisk_sm.testing import FakeMessagesAPI, Reply
 
@@ -25,9 +26,16 @@ def write(tmp_path: Path, tools: str, extra: str = "") -> Path:
     return path
 
 
+def hermetic_env(api_url: str, **env: str) -> dict[str, str]:
+    """A child's whole environment: nothing of the developer's shell (an ANTHROPIC_BASE_URL, a
+    token, a failpoint) takes part, only what a Python needs to run, and `env`."""
+    kept = {name: os.environ[name] for name in ("PATH", "HOME", "LANG") if name in os.environ}
+    return {**kept, "ANTHROPIC_API_KEY": "sk-secret", "ANTHROPIC_BASE_URL": api_url, **env}
+
+
 def fisk(api_url: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    full = {**os.environ, "ANTHROPIC_API_KEY": "sk-secret", "ANTHROPIC_BASE_URL": api_url, **env}
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, env=full, timeout=60)
+    full = hermetic_env(api_url, **env)
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, env=full, timeout=STALL)
 
 
 def test_arguments_reach_the_program_as_one_literal_argv_element(
@@ -74,41 +82,48 @@ def test_a_second_sigint_kills_the_tool_with_its_whole_process_group(
     api: FakeMessagesAPI, tmp_path: Path
 ) -> None:
     pids = tmp_path / "pids"
-    script = f"sleep 300 & echo $! > {pids}; echo $$ >> {pids}; wait"
+    script = f"sleep 900 & echo $! > {pids}; echo $$ >> {pids}; wait"
     agent = write(tmp_path, f"  - {{name: hang, command: [sh, -c, '{script}']}}\n")
     api.add(Reply.tool_use("hang", {}))
-    env = {**os.environ, "ANTHROPIC_API_KEY": "x", "ANTHROPIC_BASE_URL": api.base_url}
     state = tmp_path / "state"
     proc = subprocess.Popen(
         [*CLI, "run", "-c", str(agent), "--checkpoint", "--state-dir", str(state), "go"],
-        env=env,
+        env=hermetic_env(api.base_url),
         stderr=subprocess.PIPE,
         text=True,
     )
-    deadline = time.monotonic() + 30
-    while len(pids.read_text().split() if pids.exists() else []) < 2:
-        assert time.monotonic() < deadline, "the tool never started"
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGINT)
-    time.sleep(0.3)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 130, err
-    for pid in map(int, pids.read_text().split()):
-        assert not _alive(pid), f"process {pid} survived"
+    assert proc.stderr is not None
+    err = Lines(proc.stderr)
+    try:
+        deadline = time.monotonic() + STALL  # a hang guard: the tool starts in a moment
+        while len(pids.read_text().split() if pids.exists() else []) < 2:
+            assert proc.poll() is None, f"fisk-sm exited {proc.returncode}: {err.text()}"
+            assert time.monotonic() < deadline, "the tool never started"
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGINT)
+        err.wait_for("suspending at the next loop boundary")  # the first one was taken
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(STALL) == 130, err.text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    survivors = [pid for pid in map(int, pids.read_text().split()) if not _dies(pid)]
+    assert survivors == [], f"processes {survivors} survived"
 
 
-def _alive(pid: int) -> bool:
-    deadline = time.monotonic() + 5
+def _dies(pid: int) -> bool:
+    """Whether `pid` is gone (or a zombie) once killed; a guard, far above the moment it takes."""
+    deadline = time.monotonic() + STALL
     while time.monotonic() < deadline:
         try:
             state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
         except FileNotFoundError:
-            return False
-        if state == "Z":
-            return False
-        time.sleep(0.05)
-    return True
+            return True
+        if state in ("Z", "X"):
+            return True
+        time.sleep(0.01)
+    return False
 
 
 @pytest.mark.parametrize(

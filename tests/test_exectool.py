@@ -38,11 +38,16 @@ def alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-def wait_dead(*pids: int, within: float = 5.0) -> list[int]:
-    """The pids still alive after waiting up to `within` seconds."""
+#: How long to wait for a fact (a process gone, a file written) before failing: a guard
+#: against a hang, far above what any machine needs, never a measure of speed.
+GUARD = 120.0
+
+
+def wait_dead(*pids: int, within: float = GUARD) -> list[int]:
+    """The pids still alive once they all died, or after `within` seconds (a hang guard)."""
     deadline = time.monotonic() + within
     while any(alive(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.05)
+        time.sleep(0.01)
     return [p for p in pids if alive(p)]
 
 
@@ -54,7 +59,7 @@ def read_if_there(path: Path) -> str:
     return path.read_text().strip() if path.exists() else ""
 
 
-async def wait_for_file(path: Path, within: float = 10.0) -> str:
+async def wait_for_file(path: Path, within: float = GUARD) -> str:
     deadline = time.monotonic() + within
     while not (text := read_if_there(path)):
         assert time.monotonic() < deadline, f"{path} never appeared"
@@ -63,9 +68,23 @@ async def wait_for_file(path: Path, within: float = 10.0) -> str:
 
 
 def hanging_family(tmp_path: Path) -> list[str]:
-    """A shell that starts a grandchild, records both pids, and waits forever."""
-    script = f"sleep 300 & echo $! > {tmp_path}/grandchild; echo $$ > {tmp_path}/child; wait"
+    """A shell that starts a grandchild, records both pids, and waits forever.
+
+    Each pid file is written whole and then renamed into place, so a reader never sees half.
+    """
+    script = (
+        f"sleep 300 & echo $! > {tmp_path}/grandchild.tmp; mv {tmp_path}/grandchild.tmp"
+        f" {tmp_path}/grandchild; echo $$ > {tmp_path}/child.tmp; mv {tmp_path}/child.tmp"
+        f" {tmp_path}/child; wait"
+    )
     return ["sh", "-c", script]
+
+
+async def family_pids(tmp_path: Path) -> tuple[int, int]:
+    """The (child, grandchild) pids of `hanging_family`, once both are running."""
+    grandchild = int(await wait_for_file(tmp_path / "grandchild"))
+    child = int(await wait_for_file(tmp_path / "child"))
+    return child, grandchild
 
 
 # --- declarations ---------------------------------------------------------------------------
@@ -272,22 +291,39 @@ async def test_a_hostile_value_is_one_literal_argv_element(tmp_path: Path) -> No
     assert not (tmp_path / "pwned").exists()
 
 
-async def test_the_environment_is_scrubbed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    real = resolved(tmp_path)
-    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-secret")
-    monkeypatch.setenv("ANTHROPIC_AUTH_TOKEN", "tok-secret")
-    monkeypatch.setenv("FISK_KEEP_ME", "kept")
-    result = await run_command(["env"], timeout=10, work_dir=tmp_path)
+#: An environment given in full, so that nothing of the developer's shell (an
+#: ANTHROPIC_BASE_URL, a token) takes part in the test.
+HERMETIC = {
+    "PATH": os.defpath,
+    "ANTHROPIC_API_KEY": "sk-secret",
+    "ANTHROPIC_AUTH_TOKEN": "tok-secret",
+    "ANTHROPIC_BASE_URL": "http://127.0.0.1:9/secret",
+    "FISK_KEEP_ME": "kept",
+}
+
+
+async def test_the_environment_is_scrubbed(tmp_path: Path) -> None:
+    result = await run_command(["env"], timeout=None, work_dir=tmp_path, env=HERMETIC)
     lines = result["output"].splitlines()
-    assert not [line for line in lines if line.startswith("ANTHROPIC_")]
-    assert "secret" not in result["output"]
-    assert "LLMFORMAT=1" in lines
-    assert f"PWD={tmp_path}" in lines
-    assert "FISK_KEEP_ME=kept" in lines
-    pwd = await run_command(
-        [PY, "-c", "import os; print(os.getcwd())"], timeout=10, work_dir=tmp_path
+    assert sorted(lines) == sorted(
+        [f"PATH={os.defpath}", "FISK_KEEP_ME=kept", "LLMFORMAT=1", f"PWD={tmp_path}"]
     )
-    assert pwd["output"].strip() == real
+    pwd = await run_command(
+        [PY, "-c", "import os; print(os.getcwd())"], timeout=None, work_dir=tmp_path, env={}
+    )
+    assert pwd["output"].strip() == resolved(tmp_path)
+
+
+async def test_by_default_the_scrubbed_environment_is_this_process_s(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in HERMETIC.items():
+        monkeypatch.setenv(name, value)
+    result = await run_command(["env"], timeout=None, work_dir=tmp_path)
+    lines = result["output"].splitlines()
+    assert "FISK_KEEP_ME=kept" in lines and "LLMFORMAT=1" in lines
+    assert not [line for line in lines if line.startswith("ANTHROPIC_")]
+    assert "sk-secret" not in result["output"] and "tok-secret" not in result["output"]
 
 
 async def test_large_output_keeps_head_and_tail(tmp_path: Path) -> None:
@@ -304,22 +340,58 @@ async def test_large_output_keeps_head_and_tail(tmp_path: Path) -> None:
 
 
 async def test_timeout_kills_the_whole_process_group(tmp_path: Path) -> None:
-    started = time.monotonic()
-    with pytest.raises(ToolError, match=r"^command timed out after 0\.5s: sh -c "):
-        await run_command(hanging_family(tmp_path), timeout=0.5, work_dir=tmp_path)
-    assert time.monotonic() - started < 5
-    pids = [int((tmp_path / name).read_text()) for name in ("child", "grandchild")]
-    assert wait_dead(*pids) == []
+    # The family never exits by itself: only the timeout can end the call (GUARD: a hang guard).
+    # On a loaded machine the timeout may fire before the shell wrote its pid files; then there
+    # is nothing to check, so the trial is repeated with a longer timeout rather than passed.
+    for timeout in (2, 8, 30):
+        family = tmp_path / f"t{timeout}"
+        family.mkdir()
+        call = run_command(hanging_family(family), timeout=timeout, work_dir=family)
+        with pytest.raises(ToolError, match=rf"^command timed out after {timeout}s: sh -c "):
+            await asyncio.wait_for(call, GUARD)
+        if (family / "child").exists() and (family / "grandchild").exists():
+            pids = [int((family / name).read_text()) for name in ("child", "grandchild")]
+            assert wait_dead(*pids) == []
+            return
+    pytest.fail("the shell never wrote its pid files before the timeout")
 
 
 async def test_cancellation_kills_the_whole_process_group(tmp_path: Path) -> None:
     task = asyncio.create_task(
         run_command(hanging_family(tmp_path), timeout=None, work_dir=tmp_path)
     )
-    grandchild = int(await wait_for_file(tmp_path / "grandchild"))
-    child = int(await wait_for_file(tmp_path / "child"))
+    child, grandchild = await family_pids(tmp_path)  # both run: the cancel lands mid-wait
     assert alive(child) and alive(grandchild)
     task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert wait_dead(child, grandchild) == []
+
+
+async def test_a_cancel_landing_inside_the_spawn_kills_the_whole_process_group(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The spawn (loop.subprocess_exec) is held open until the program and its grandchild both
+    # run, and the cancel lands right there: inside the spawn, with a family already started.
+    loop = asyncio.get_running_loop()
+    spawning, release = asyncio.Event(), asyncio.Event()
+    real_exec = loop.subprocess_exec
+
+    async def held_exec(*args: Any, **kwargs: Any) -> Any:
+        spawned = await real_exec(*args, **kwargs)
+        spawning.set()
+        await release.wait()
+        return spawned
+
+    monkeypatch.setattr(loop, "subprocess_exec", held_exec)
+    task = asyncio.create_task(
+        run_command(hanging_family(tmp_path), timeout=None, work_dir=tmp_path)
+    )
+    await spawning.wait()
+    child, grandchild = await family_pids(tmp_path)
+    task.cancel()
+    await asyncio.sleep(0)  # the cancel is delivered while the spawn is still held ...
+    release.set()  # ... and only then does the spawn return
     with pytest.raises(asyncio.CancelledError):
         await task
     assert wait_dead(child, grandchild) == []
@@ -338,7 +410,7 @@ async def test_a_process_that_left_the_group_holds_the_pipe_only_for_wait_delay(
         "print('done')\n"
     )
     result = await asyncio.wait_for(
-        run_command([PY, "-c", script], timeout=None, work_dir=tmp_path), 5
+        run_command([PY, "-c", script], timeout=None, work_dir=tmp_path), GUARD
     )
     pid_line, done = result["output"].splitlines()
     try:
@@ -354,7 +426,8 @@ async def test_stdin_is_closed(tmp_path: Path) -> None:
     os.dup2(read_end, 0)
     try:
         argv = [PY, "-c", "import sys; print(repr(sys.stdin.read()))"]
-        result = await asyncio.wait_for(run_command(argv, timeout=None, work_dir=tmp_path), 5)
+        call = run_command(argv, timeout=None, work_dir=tmp_path)
+        result = await asyncio.wait_for(call, GUARD)
     finally:
         os.dup2(saved, 0)
         for fd in (saved, read_end, write_end):

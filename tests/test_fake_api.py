@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import json
 import os
 import signal
 import sys
-import time
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -20,10 +21,14 @@ import pytest
 from anthropic.types import Message, MessageParam, TextBlock
 
 from fisk_sm.testing import FakeMessagesAPI, Reply, ScriptError, load_script, serve
+from fisk_sm.testing.server import _Handler
 
 MODEL = "claude-test-model"
 USER: list[MessageParam] = [{"role": "user", "content": "hi"}]
 ROOT = Path(__file__).resolve().parents[1]
+#: How long to wait for something that happens in a moment: a guard against a hang, never a
+#: measure of speed.
+GUARD = 120.0
 
 
 @pytest.fixture
@@ -105,37 +110,49 @@ async def test_error_status_maps_to_sdk_exception(api: FakeMessagesAPI) -> None:
 
 
 async def test_delay_beyond_client_timeout_times_out(
-    api: FakeMessagesAPI, capsys: pytest.CaptureFixture[str]
+    api: FakeMessagesAPI, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    api.add(Reply.text("too late", delay=0.5), Reply.text("on time"))
+    # The reply cannot come before 1 s, so the 0.2 s client timeout fires first.
+    answered = threading.Event()
+    send = _Handler._send_bytes
+
+    def sending(self: _Handler, *args: Any, **kwargs: Any) -> None:
+        send(self, *args, **kwargs)
+        answered.set()
+
+    monkeypatch.setattr(_Handler, "_send_bytes", sending)
+    api.add(Reply.text("too late", delay=1.0), Reply.text("on time"))
     async with client(api, timeout=0.2, max_retries=0) as c:
-        started = time.monotonic()
         with pytest.raises(anthropic.APITimeoutError):
             await c.messages.create(model=MODEL, max_tokens=10, messages=USER)
-        assert time.monotonic() - started < 0.45
-        # let the delay run out, so the server answers a client that has hung up ...
-        await asyncio.sleep(0.6)
+        assert len(api.requests) == 1
+        # the delay runs out and the server answers a client that has hung up ...
+        assert await asyncio.to_thread(answered.wait, GUARD), "the late reply was never sent"
         # ... which it survives quietly, and goes on answering
         resp = await c.messages.create(model=MODEL, max_tokens=10, messages=USER)
     assert capsys.readouterr().err == ""
     assert text_of(resp) == "on time"
+    assert len(api.requests) == 2
 
 
 async def test_delayed_reply_does_not_block_others(api: FakeMessagesAPI) -> None:
-    api.add(Reply.text("slow", delay=0.6), Reply.text("fast"))
+    # The slow reply waits GUARD seconds (closing the server cuts that short): the fast one
+    # must come back while it waits.
+    api.add(Reply.text("slow", delay=GUARD), Reply.text("fast"))
     async with client(api, max_retries=0) as c:
         slow = asyncio.create_task(c.messages.create(model=MODEL, max_tokens=1, messages=USER))
-        for _ in range(500):  # wait until the slow request has reached the server
-            if api.requests:
-                break
-            await asyncio.sleep(0.01)
-        assert len(api.requests) == 1
-        started = time.monotonic()
-        fast = await c.messages.create(model=MODEL, max_tokens=1, messages=USER)
-        assert time.monotonic() - started < 0.4
-        assert not slow.done()
-        assert text_of(fast) == "fast"
-        assert text_of(await slow) == "slow"
+        try:
+            while not api.requests:  # until the slow request has reached the server
+                assert not slow.done(), slow
+                await asyncio.sleep(0.005)
+            fast = await c.messages.create(model=MODEL, max_tokens=1, messages=USER)
+            assert text_of(fast) == "fast"
+            assert not slow.done()
+            assert len(api.requests) == 2
+        finally:
+            slow.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await slow
 
 
 async def test_exhausted_script_is_not_retried(api: FakeMessagesAPI) -> None:
@@ -320,7 +337,7 @@ async def test_serve_subprocess_until_sigterm(tmp_path: Path) -> None:
     )
     try:
         assert proc.stderr is not None
-        line = (await asyncio.wait_for(proc.stderr.readline(), 10)).decode()
+        line = (await asyncio.wait_for(proc.stderr.readline(), GUARD)).decode()
         assert line.startswith("fake Messages API listening on http://127.0.0.1:"), line
         assert line.rstrip().endswith("(1 scripted replies)")
         base_url = line.split(" on ", 1)[1].split()[0]
@@ -328,7 +345,7 @@ async def test_serve_subprocess_until_sigterm(tmp_path: Path) -> None:
             resp = await c.messages.create(model=MODEL, max_tokens=5, messages=USER)
         assert text_of(resp) == "from the subprocess"
         proc.send_signal(signal.SIGTERM)
-        assert await asyncio.wait_for(proc.wait(), 10) == 0
+        assert await asyncio.wait_for(proc.wait(), GUARD) == 0
         assert await proc.stderr.read() == b""  # no traceback, no request log
     finally:
         if proc.returncode is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
 import stat
@@ -17,13 +18,23 @@ from fisk_sm.journal.filestore import (
     CorruptJournalError,
     FileStore,
     InvalidIdError,
+    JournalIOError,
     SessionExistsError,
     SessionLockedError,
     SessionNotFoundError,
     check_run_id,
     default_directory,
 )
-from fisk_sm.journal.records import FORMAT_VERSION, Meta, Record, Terminal, ToolResult, User, encode
+from fisk_sm.journal.records import (
+    FORMAT_VERSION,
+    Meta,
+    Record,
+    Terminal,
+    ToolResult,
+    ToolStarted,
+    User,
+    encode,
+)
 
 
 def meta(run_id: str = "abc", model: str = "claude-test", prompt: str = "do it") -> Meta:
@@ -369,3 +380,87 @@ def test_a_lone_surrogate_is_journaled_exactly(store: FileStore) -> None:
     with store.create(meta()) as journal:
         journal.append_sync(odd)
     assert store.load("abc") == [meta(), odd]
+
+
+async def test_async_appends_fail_like_sync_ones(
+    store: FileStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On the writer thread, a failed write breaks the journal and `last_seq` stays put."""
+    journal = store.create(meta())
+    await journal.append(user(2))
+
+    def full(fd: int, data: bytes) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "write", full)
+        with pytest.raises(JournalIOError, match="append of seq 3 failed: No space left") as info:
+            await journal.append(user(3))
+    assert str(store.path("abc")) in str(info.value)
+    assert journal.last_seq == 2
+    with pytest.raises(JournalError, match="broken"):
+        await journal.append(user(3))
+    await journal.close()
+    assert store.load("abc") == [meta(), user(2)]
+
+
+async def test_a_failed_fsync_breaks_the_journal(
+    store: FileStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    journal = store.create(meta())
+
+    def failing(fd: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "fsync", failing)
+    with pytest.raises(JournalIOError, match="Input/output error"):
+        await journal.append(user(2))
+    assert journal.last_seq == 1
+    with pytest.raises(JournalError, match="broken"):
+        await journal.append(user(2))
+    await journal.close()
+
+
+async def test_a_cancelled_append_still_lands_once(store: FileStore) -> None:
+    """Cancelling the run does not cancel the commit; a replay of the seq waits for it."""
+    journal = store.create(meta())
+    task = asyncio.ensure_future(journal.append(user(2)))
+    await asyncio.sleep(0)  # the line is queued for the writer
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await journal.append(user(2))  # the replay: no second line
+    await journal.append(user(3))
+    assert journal.last_seq == 3
+    await journal.close()
+    assert store.path("abc").read_bytes() == lines(meta(), user(2), user(3))
+
+
+async def test_only_a_deferred_intent_skips_its_fsync(
+    store: FileStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    journal = store.create(meta())
+    journal.deferred_intents = frozenset({"retry_me"})
+    synced: list[int] = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real(fd))[1])
+    await journal.append(ToolStarted(2, "tu_1", "retry_me"))
+    assert synced == [] and journal.last_seq == 2  # written, its fsync left to the result
+    await journal.append(ToolResult(3, "tu_1", {"type": "tool_result", "tool_use_id": "tu_1"}))
+    assert len(synced) == 1
+    await journal.append(ToolStarted(4, "tu_2", "ask_me"))  # another tool: fsynced at once
+    assert len(synced) == 2
+    await journal.close()
+    assert len(store.load("abc")) == 4
+
+
+async def test_async_open_and_create(store: FileStore) -> None:
+    async with asyncio.timeout(60):
+        journal = await store.create_async(meta())
+        await journal.append(user(2))
+        await journal.close()
+        reopened = await store.open_async("abc")
+    assert reopened.last_seq == 2 and reopened.records == [meta(), user(2)]
+    with pytest.raises(SessionLockedError):
+        await store.open_async("abc")
+    await reopened.close()

@@ -22,6 +22,7 @@ from fisk_sm import Tool, tool
 from fisk_sm.journal.filestore import FileStore
 from fisk_sm.journal.fold import fold
 from fisk_sm.journal.records import Assistant, Record, Terminal, encode
+from fisk_sm.loop.harness import RunOptions
 from fisk_sm.loop.sessions import resume_session, start_session
 from fisk_sm.model.reply import PREFIX
 from fisk_sm.testing import FakeMessagesAPI, Reply
@@ -186,7 +187,7 @@ async def test_a_malformed_reply_after_a_tool_turn_leaves_a_session_that_resumes
     store = FileStore(tmp_path / "state")
     config = make_config(api)
     api.add(Reply.tool_use("touch", {"label": "one"}, id="toolu_ok"), reply)
-    run = start_session(config, "do the thing", store, run_id="s1", tools=[touch])
+    run = await start_session(config, "do the thing", store, RunOptions(tools=[touch]), run_id="s1")
     assert await run.run() == "failed"
     await run.harness.journal.close()
     records = store.load("s1")
@@ -196,7 +197,7 @@ async def test_a_malformed_reply_after_a_tool_turn_leaves_a_session_that_resumes
     assert fold(records).llm_calls == 1
 
     api.add(Reply.text("done"))
-    resumed = resume_session(config, "s1", store, tools=[touch])
+    resumed = await resume_session(config, "s1", store, RunOptions(tools=[touch]))
     assert await resumed.run() == "completed"
     await resumed.harness.journal.close()
     sent = api.requests[-1]["messages"]
@@ -252,7 +253,7 @@ async def test_a_lone_surrogate_in_an_error_message_is_journaled_as_utf8(
 ) -> None:
     api.add(Reply.error(400, message="bad \ud800 thing"))
     store = FileStore(tmp_path)
-    run = start_session(make_config(api), "do the thing", store, run_id="s2")
+    run = await start_session(make_config(api), "do the thing", store, run_id="s2")
     assert await run.run() == "failed"
     await run.harness.journal.close()
     assert run.data.error == "llm call: HTTP 400: bad \ufffd thing"

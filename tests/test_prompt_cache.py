@@ -12,6 +12,7 @@ import pytest
 from fisk_sm import Run, parse_config, tool
 from fisk_sm.journal.base import MemoryJournal
 from fisk_sm.loop.fingerprint import fingerprint
+from fisk_sm.loop.harness import RunOptions
 from fisk_sm.operator.prompter import ScriptedPrompter
 from fisk_sm.testing import FakeMessagesAPI, Reply
 
@@ -61,7 +62,9 @@ async def test_breakpoints_on_the_system_and_the_tail_of_every_request(
     three_turns(api)
     journal = MemoryJournal()
     prompter = ScriptedPrompter(available=interactive)
-    run = Run.create(config(api), "add", tools=[add], journal=journal, prompter=prompter)
+    run = Run.create(
+        config(api), "add", RunOptions(tools=[add], journal=journal, prompter=prompter)
+    )
     assert await run.run() == "completed"
     assert len(api.requests) == 3
     control = {"type": "ephemeral", "ttl": ttl}
@@ -83,7 +86,7 @@ async def test_breakpoints_on_the_system_and_the_tail_of_every_request(
 
 async def test_no_prompt_cache_sends_no_cache_control(api: FakeMessagesAPI) -> None:
     three_turns(api)
-    run = Run.create(config(api, no_prompt_cache=True), "add", tools=[add])
+    run = Run.create(config(api, no_prompt_cache=True), "add", RunOptions(tools=[add]))
     assert await run.run() == "completed"
     assert len(api.requests) == 3
     assert all("cache_control" not in json.dumps(request) for request in api.requests)
@@ -92,6 +95,6 @@ async def test_no_prompt_cache_sends_no_cache_control(api: FakeMessagesAPI) -> N
 async def test_cache_settings_are_not_fingerprinted(api: FakeMessagesAPI) -> None:
     """The resume gate compares exactly these fingerprints: turning the cache off or on
     never refuses a resume."""
-    cached = Run.create(config(api), "add", tools=[add])
-    uncached = Run.create(config(api, no_prompt_cache=True), "add", tools=[add])
+    cached = Run.create(config(api), "add", RunOptions(tools=[add]))
+    uncached = Run.create(config(api, no_prompt_cache=True), "add", RunOptions(tools=[add]))
     assert fingerprint(cached.harness) == fingerprint(uncached.harness)

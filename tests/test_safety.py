@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from fisk_sm import Recorder, Run, ToolCalled, ToolFinished, WarningRaised, parse_config, tool
+from fisk_sm.loop.harness import RunOptions
 from fisk_sm.operator.prompter import Approval, ScriptedPrompter
 from fisk_sm.testing import FakeMessagesAPI, Reply
 
@@ -57,7 +58,7 @@ async def test_a_gated_tool_with_nobody_to_ask_is_denied_as_a_normal_result(
 ) -> None:
     api.add(Reply.tool_use("launch", {"target": "moon"}), Reply.text("ok, not launched"))
     events = Recorder()
-    run = Run.create(config(api), "go", tools=[launch], events=events)
+    run = Run.create(config(api), "go", RunOptions(tools=[launch], events=events))
     assert await run.run() == "completed"
     result = last_result(api)
     assert "is_error" not in result
@@ -79,7 +80,9 @@ async def test_operator_once_runs_the_tool_and_asks_again(api: FakeMessagesAPI) 
     )
     prompter = ScriptedPrompter(approvals=[Approval.ONCE, Approval.NO])
     events = Recorder()
-    run = Run.create(config(api), "go", tools=[launch], events=events, prompter=prompter)
+    run = Run.create(
+        config(api), "go", RunOptions(tools=[launch], events=events, prompter=prompter)
+    )
     assert await run.run() == "completed"
     assert ran == ["a"]
     assert last_result(api, 1)["content"] == "launched a"
@@ -98,7 +101,9 @@ async def test_always_is_remembered_by_tool_name_for_any_arguments(api: FakeMess
     )
     prompter = ScriptedPrompter(approvals=[Approval.ALWAYS])
     run = Run.create(
-        config(api, confirm_tags=[" deploy ", "deploy"]), "go", tools=[deploy], prompter=prompter
+        config(api, confirm_tags=[" deploy ", "deploy"]),
+        "go",
+        RunOptions(tools=[deploy], prompter=prompter),
     )
     assert await run.run() == "completed"
     assert ran == ["staging", "prod"]
@@ -109,7 +114,7 @@ async def test_ai_deny_tools_are_never_offered_and_tags_end_descriptions(
     api: FakeMessagesAPI,
 ) -> None:
     api.add(Reply.text("hi"))
-    run = Run.create(config(api), "go", tools=[launch, forbidden, deploy])
+    run = Run.create(config(api), "go", RunOptions(tools=[launch, forbidden, deploy]))
     await run.run()
     offered = {t["name"]: t for t in api.requests[0]["tools"]}
     assert set(offered) == {"launch", "deploy"}
@@ -119,7 +124,9 @@ async def test_ai_deny_tools_are_never_offered_and_tags_end_descriptions(
 async def test_tool_selection_by_name_regex_and_tag(api: FakeMessagesAPI) -> None:
     api.add(Reply.text("hi"))
     selection = {"include": {"names": ["^la"], "tags": ["deploy"]}, "exclude": {"tags": ["x"]}}
-    run = Run.create(config(api, tools=selection), "go", tools=[launch, deploy, forbidden])
+    run = Run.create(
+        config(api, tools=selection), "go", RunOptions(tools=[launch, deploy, forbidden])
+    )
     await run.run()
     assert [t["name"] for t in api.requests[0]["tools"]] == ["launch", "deploy"]
 
@@ -136,7 +143,9 @@ async def test_per_kind_counts_sum_to_tool_calls_rejections_included(
     api.add(Reply(content=blocks, stop_reason="tool_use"), Reply.text("done"))
     memory = {"enabled": True, "options": {"directory": str(tmp_path / "mem")}}
     events = Recorder()
-    run = Run.create(config(api, memory=memory), "go", tools=[launch, deploy], events=events)
+    run = Run.create(
+        config(api, memory=memory), "go", RunOptions(tools=[launch, deploy], events=events)
+    )
     await run.run()
     counts = dict(events.events[-1].tool_kinds)  # type: ignore[attr-defined]
     assert counts == {"python": 2, "unknown": 1, "memory": 1}
@@ -148,7 +157,7 @@ async def test_ask_human_confirm_through_the_loop(api: FakeMessagesAPI) -> None:
     api.add(ask, Reply.text("fine"), ask, Reply.text("fine"))
     hitl = {"human_in_the_loop": {"enabled": True}}
     prompter = ScriptedPrompter(confirms=[True])
-    await Run.create(config(api, **hitl), "go", prompter=prompter).run()
+    await Run.create(config(api, **hitl), "go", RunOptions(prompter=prompter)).run()
     assert json.loads(last_result(api)["content"]) == {"confirmed": True}
     assert prompter.asked == [("confirm", "Proceed?")]
     system = [b["text"] for b in api.requests[0]["system"]]

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from crashkit import STALL, Lines
 
 from fisk_sm.journal.filestore import FileStore
 from fisk_sm.journal.fold import fold
@@ -46,11 +47,12 @@ def agent(tmp_path: Path, api: FakeMessagesAPI) -> Path:
 
 
 def wait_for(journal: Path, marker: bytes) -> None:
-    """Wait until the journal holds `marker` (a record the running process wrote)."""
-    deadline = time.monotonic() + 30
+    """Wait until the journal holds `marker` (a record the running process wrote); STALL is a
+    guard against a hang, far above what any machine needs."""
+    deadline = time.monotonic() + STALL
     while marker not in (journal.read_bytes() if journal.exists() else b""):
         assert time.monotonic() < deadline, f"{journal} never got {marker!r}"
-        time.sleep(0.05)
+        time.sleep(0.01)
 
 
 def start_checkpointed(
@@ -211,11 +213,16 @@ def test_a_second_signal_aborts_at_once_and_the_journal_keeps_what_completed(
     proc = start_checkpointed(agent, "a1", state, capture=True)
     journal = state / "a1.json"
     wait_for(journal, b'"name":"slow"')
+    assert proc.stderr is not None
+    lines = Lines(proc.stderr)
     proc.send_signal(signal.SIGTERM)
-    time.sleep(0.2)
+    # Two pending SIGTERMs would coalesce into one: the second goes once the first was taken.
+    lines.wait_for("suspending at the next loop boundary")
     proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=20)  # the slow tool sleeps 30 s: it was not waited for
-    assert proc.returncode == 130
+    # The slow tool sleeps 30 s and then marks "s": the effects file below shows it was not
+    # waited for.
+    assert proc.wait(STALL) == 130
+    err = lines.text()
     assert "suspending at the next loop boundary" in err and "aborted" in err
     assert "--resume a1" in err
     snap = fold(FileStore(state).load("a1"))
@@ -256,7 +263,7 @@ def test_a_signal_while_the_session_is_being_set_up_suspends_cleanly(
     proc = start_checkpointed(agent, "e1", state, capture=True)
     wait_for(state / "e1.json", b'"type":"meta"')  # the session exists; the loop may not yet
     proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=30)
+    _, err = proc.communicate(timeout=STALL)
     assert proc.returncode == 0, err
     snap = fold(FileStore(state).load("e1"))
     assert snap.status == "suspended" and snap.llm_calls <= 1

@@ -13,7 +13,9 @@ from fisk_sm import Recorder, tool
 from fisk_sm.journal.filestore import FileStore
 from fisk_sm.journal.fold import fold
 from fisk_sm.journal.records import FORMAT_VERSION, Assistant, Meta, ToolResult, ToolStarted, encode
+from fisk_sm.journal.snapshot import Usage
 from fisk_sm.loop.fingerprint import ResumeRefused, check_resume
+from fisk_sm.loop.harness import RunOptions
 from fisk_sm.loop.sessions import RESUME_REMINDER, resume_session, start_session
 from fisk_sm.testing import FakeMessagesAPI, Reply
 
@@ -40,8 +42,12 @@ async def test_suspend_then_resume_completes_in_the_same_session(
     config = make_config(api)
     api.add(Reply.tool_use("note", {"text": "x"}, id="toolu_1"), Reply.text("final"))
     polls = iter([False, True])
-    run = start_session(
-        config, "go", store, run_id="s12", tools=[note], should_suspend=lambda: next(polls)
+    run = await start_session(
+        config,
+        "go",
+        store,
+        RunOptions(tools=[note], should_suspend=lambda: next(polls)),
+        run_id="s12",
     )
     assert await run.run() == "suspended"
     await run.harness.journal.close()
@@ -50,7 +56,7 @@ async def test_suspend_then_resume_completes_in_the_same_session(
         "suspended", False, 1, 1,
     )  # fmt: skip
     events = Recorder()
-    resumed = resume_session(config, "s12", store, tools=[note], events=events)
+    resumed = await resume_session(config, "s12", store, RunOptions(tools=[note], events=events))
     assert resumed.state == "suspend_check"
     assert await resumed.run() == "completed"
     await resumed.harness.journal.close()
@@ -71,7 +77,13 @@ def _partial_journal(store: FileStore, config_print: dict[str, Any]) -> None:
     answer = {"type": "tool_result", "tool_use_id": "tu_a", "content": "noted a"}
     records = [
         Meta(1, FORMAT_VERSION, "s13", "2026-12-02T00:00:00Z", config_print, "go"),
-        Assistant(2, 0, {"role": "assistant", "content": blocks}, "tool_use", 10, 5),
+        Assistant(
+            seq=2,
+            iteration=1,
+            message={"role": "assistant", "content": blocks},
+            stop_reason="tool_use",
+            usage=Usage(input_tokens=10, output_tokens=5),
+        ),
         ToolStarted(3, "tu_a", "note"),
         ToolResult(4, "tu_a", answer),
     ]
@@ -82,11 +94,11 @@ def _partial_journal(store: FileStore, config_print: dict[str, Any]) -> None:
 async def test_resume_runs_only_the_unanswered_tool(api: FakeMessagesAPI, tmp_path: Path) -> None:
     store = FileStore(tmp_path)
     config = make_config(api)
-    probe = start_session(config, "probe", store, run_id="probe", tools=[note])
+    probe = await start_session(config, "probe", store, RunOptions(tools=[note]), run_id="probe")
     await probe.harness.journal.close()
     _partial_journal(store, fold(store.load("probe")).fingerprint)
     api.add(Reply.text("both done"))
-    run = resume_session(config, "s13", store, tools=[note])
+    run = await resume_session(config, "s13", store, RunOptions(tools=[note]))
     assert run.state == "execute"
     before = len(run.data.messages)
     assert await run.run() == "completed"
@@ -109,21 +121,21 @@ async def test_resume_gate_refusals(api: FakeMessagesAPI, tmp_path: Path) -> Non
     store = FileStore(tmp_path)
     config = make_config(api)
     api.add(Reply.text("done"))
-    run = start_session(config, "go", store, run_id="gate", tools=[note])
+    run = await start_session(config, "go", store, RunOptions(tools=[note]), run_id="gate")
     await run.harness.journal.close()
     with pytest.raises(ResumeRefused, match="tool set: changed"):
-        resume_session(config, "gate", store, tools=[other_note])
+        await resume_session(config, "gate", store, RunOptions(tools=[other_note]))
     # Only one provider can be configured, so the journal is the one that names another.
     journal_bytes = store.path("gate").read_bytes()
     store.path("gate").write_bytes(journal_bytes.replace(b'"anthropic"', b'"other"', 1))
     with pytest.raises(ResumeRefused, match=r'provider "other".*"anthropic".*--force does not'):
-        resume_session(config, "gate", store, tools=[note], force=True)
+        await resume_session(config, "gate", store, RunOptions(tools=[note]), force=True)
     store.path("gate").write_bytes(journal_bytes)
-    run = resume_session(config, "gate", store, tools=[note])
+    run = await resume_session(config, "gate", store, RunOptions(tools=[note]))
     assert await run.run() == "completed"
     await run.harness.journal.close()
     with pytest.raises(ResumeRefused, match='session "gate" has already completed'):
-        resume_session(config, "gate", store, tools=[note])
+        await resume_session(config, "gate", store, RunOptions(tools=[note]))
     assert store.path("gate").read_bytes().startswith(journal_bytes)
 
 
@@ -161,13 +173,13 @@ async def test_crash_policy_fail_answers_an_interrupted_tool_without_running_it(
     failing = attrs.evolve(note, crash_policy="fail")
     store = FileStore(tmp_path)
     config = make_config(api)
-    probe = start_session(config, "probe", store, run_id="probe", tools=[failing])
+    probe = await start_session(config, "probe", store, RunOptions(tools=[failing]), run_id="probe")
     await probe.harness.journal.close()
     _partial_journal(store, fold(store.load("probe")).fingerprint)
     with store.path("s13").open("a") as f:
         f.write(encode(ToolStarted(5, "tu_b", "note")) + "\n")
     api.add(Reply.text("ok"))
-    run = resume_session(config, "s13", store, tools=[failing])
+    run = await resume_session(config, "s13", store, RunOptions(tools=[failing]))
     assert run.snapshot().interrupted == ("tu_b",)
     assert await run.run() == "completed"
     await run.harness.journal.close()
@@ -189,12 +201,12 @@ async def test_a_snapshot_taken_mid_run_restores_through_json_and_finishes(
 
     config = make_config(api)
     api.add(Reply.tool_use("note", {"text": "one"}, id="toolu_j"), Reply.text("restored"))
-    first = Run.create(config, "go", tools=[note], run_id="json-run")
+    first = Run.create(config, "go", RunOptions(tools=[note]), run_id="json-run")
     await first.run_until("execute")
     text = first.snapshot().to_json()
     snapshot = Snapshot.from_json(text)
     assert snapshot.state == "execute" and snapshot.pending[0]["id"] == "toolu_j"
-    harness = Harness.build(config, tools=[note], journal=MemoryJournal())
+    harness = Harness.build(config, RunOptions(tools=[note], journal=MemoryJournal()))
     again = Run.restore(snapshot, harness)
     assert await again.run() == "completed"
     assert again.answer() == "restored" and calls == ["one"]

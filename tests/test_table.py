@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
+from fisk_sm.config.states import STATE_NAMES
 from fisk_sm.loop.actions import ACTIONS
 from fisk_sm.loop.hooks import HOOKS
 from fisk_sm.loop.run import loop_machine
@@ -99,31 +101,20 @@ def test_every_transition_of_the_table_is_an_edge_of_the_diagram() -> None:
         assert f"{t.source} --> {t.dest} : {t.label}" in mermaid
 
 
-class _Probe:
-    """A stand-in run whose guard outcomes are set by the test."""
+def test_a_state_renamed_in_the_table_alone_is_an_error_naming_it(tmp_path: Path) -> None:
+    text = (ROOT / "states" / "agent_loop.yaml").read_text()
+    renamed = tmp_path / "agent_loop.yaml"
+    renamed.write_text(re.sub(r"\bexecute\b", "run_tool", text))  # execute_tool stays
+    assert "run_tool" in renamed.read_text() and "execute_tool" in renamed.read_text()
+    with pytest.raises(TableError) as refused:
+        load_table(renamed)
+    message = str(refused.value)
+    assert message.startswith(f"{renamed}: ")
+    assert (
+        "state 'execute' is named in code (fisk_sm.config.states) but not in the table" in message
+    )
+    assert "state 'run_tool' is in the table but not named in code" in message
 
-    def __init__(self, state: str, outcomes: dict[str, bool]) -> None:
-        self.state = state
-        self.outcomes = outcomes
-        self.entered: list[str] = []
 
-
-def test_compiled_routes_agree_with_transitions_for_every_guard_outcome() -> None:
-    import itertools
-
-    table = load_table()
-    names = sorted(table.guard_names)
-    guards = {n: (lambda run, n=n: run.outcomes[n]) for n in names}
-    hooks = {h: (lambda run, h=h: run.entered.append(f"{h}:{run.state}")) for h in HOOKS}
-    machine = build_machine(table, guards, hooks)
-    checked = 0
-    for source in machine.triggers:
-        for values in itertools.product([False, True], repeat=len(names)):
-            outcomes = dict(zip(names, values, strict=True))
-            fast, slow = _Probe(source, outcomes), _Probe(source, outcomes)
-            machine.fire(fast)
-            step = machine.fire_with_transitions(slow)
-            assert (fast.state, fast.entered) == (slow.state, slow.entered)
-            assert step.trigger == machine.triggers[source]
-            checked += 1
-    assert checked == 7 * 2 ** len(names)
+def test_the_names_code_uses_are_the_states_of_the_table() -> None:
+    assert set(STATE_NAMES) == {s.name for s in load_table().states}

@@ -13,7 +13,7 @@ from typing import TextIO
 
 from fisk_sm.cli.run import store_for
 from fisk_sm.config.agent import AgentConfig, load_config
-from fisk_sm.loop.harness import Harness, configured_tools, memory_store
+from fisk_sm.loop.harness import Harness, NoModel, RunOptions, configured_tools, memory_store
 from fisk_sm.operator.prompter import NoOperator
 from fisk_sm.operator.sanitize import strip_control
 from fisk_sm.tools.gate import Gate
@@ -41,7 +41,7 @@ def describe(config: AgentConfig, out: TextIO) -> None:
         f"  call_timeout    {budget.call_timeout:g}s\n"
         f"  identity        {config.identity}\n\n"
     )
-    harness = Harness.build(config, model=_NoModel())
+    harness = Harness.build(config, RunOptions(model=NoModel()))  # info never calls the model
     gate = Gate(NoOperator(), config.harness.confirm_tags)
     rows = [["NAME", "KIND", "DESCRIPTION", "TAGS", "GATED"]]
     for tool in harness.tools.tools.values():
@@ -80,13 +80,6 @@ def describe(config: AgentConfig, out: TextIO) -> None:
             f"  directory       {memory_store(config).directory}\n"
             f"  index in prompt {'no' if memory.no_index else 'yes'}\n"
         )
-
-
-class _NoModel:
-    """`info` never calls the model."""
-
-    async def create(self, request: object) -> dict[str, object]:  # pragma: no cover
-        raise RuntimeError("fisk-sm info does not call the model")
 
 
 def cmd_info(args: argparse.Namespace) -> int:

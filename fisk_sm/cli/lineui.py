@@ -19,6 +19,7 @@ from typing import Any, TextIO
 
 import attrs
 
+from fisk_sm.config.states import States
 from fisk_sm.events.types import (
     Event,
     MessageReceived,
@@ -80,6 +81,10 @@ class LineUI:
     err: TextIO = attrs.field(factory=lambda: sys.stderr)
     trace: bool = False
 
+    def wants(self, kind: type[Event]) -> bool:
+        """Everything it draws: state entries only with `trace`."""
+        return self.trace or kind is not StateEntered
+
     def _say(self, text: str) -> None:
         say(text, self.err)  # whatever a line is made of, no control sequence gets out
 
@@ -113,15 +118,16 @@ class LineUI:
             self._ended(event)
 
     def _ended(self, e: RunEnded) -> None:
-        if e.state == "completed":
+        if e.state == States.COMPLETED:
             self.out.write(for_terminal(e.answer.rstrip("\n"), self.out) + "\n")
             self.out.flush()
         elif e.message:
             self._say(f"{e.state}: {e.message}")
         else:
             self._say(f"{e.state}")
+        u = e.usage
         self._say(
             f"{e.model} · {e.llm_calls} llm calls · {e.tool_calls} tool calls · tokens"
-            f" in {e.input_tokens} out {e.output_tokens} cache read {e.cache_read_tokens}"
-            f" cache create {e.cache_create_tokens} · {e.seconds:.2f}s"
+            f" in {u.input_tokens} out {u.output_tokens} cache read {u.cache_read_tokens}"
+            f" cache create {u.cache_create_tokens} · {e.seconds:.2f}s"
         )

@@ -10,6 +10,7 @@ the input: one line says so and the command exits 70 (`--debug` shows the traceb
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -163,6 +164,9 @@ COMMANDS = {
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `fisk-sm` console script."""
+    # The application may set logging (the library never does): `transitions` reports every
+    # transition at INFO, which would drown the line UI under a verbose root logger.
+    logging.getLogger("transitions").setLevel(logging.WARNING)
     args = build_parser().parse_args(argv)
     try:
         return COMMANDS[args.command](args)

@@ -14,16 +14,20 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 from fisk_sm.cli.lineui import LineUI
 from fisk_sm.config.agent import AgentConfig, load_config
+from fisk_sm.config.states import States
 from fisk_sm.events.adapters import JsonLinesEvents
+from fisk_sm.events.linewriter import shared_line_writer
 from fisk_sm.events.types import Events, Fanout
+from fisk_sm.journal import failpoint
 from fisk_sm.journal.filestore import FileStore, JournalIOError, check_run_id, default_directory
-from fisk_sm.loop.harness import Harness
+from fisk_sm.loop.harness import Harness, NoModel, RunOptions
 from fisk_sm.loop.run import Run
 from fisk_sm.loop.sessions import resume_session, start_session
+from fisk_sm.model.clients import warm_up
 from fisk_sm.operator.prompter import TerminalPrompter
 from fisk_sm.operator.sanitize import say
 from fisk_sm.tools.base import Tool
@@ -68,12 +72,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     _check_flags(args)
     config = load_config(args.config)
     stream: TextIO | None = None
+    lines: JsonLinesEvents | None = None
     sinks: list[Events] = [LineUI(trace=args.trace)]
     if args.events:
         # The events hold the whole conversation: 0600 whatever the umask.
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
         stream = os.fdopen(os.open(args.events, flags, 0o600), "a", encoding="utf-8")
-        sinks.append(JsonLinesEvents(stream))
+        lines = JsonLinesEvents(stream)
+        sinks.append(lines)
     early = _EarlySignals(journaled=bool(args.resume or args.checkpoint))
     try:
         return asyncio.run(_main(args, config, Fanout(tuple(sinks)), early))
@@ -82,7 +88,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         for signum in SIGNALS:
             signal.signal(signum, signal.SIG_IGN)
         if stream is not None:
-            stream.close()
+            try:
+                if lines is not None:
+                    lines.close()  # the lines are written off the loop: all of them, first
+            finally:
+                stream.close()
 
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -116,21 +126,24 @@ async def _main(
     if config.remote_tools:
         from fisk_sm.tools.remote import connect_remote_tools  # nats is needed only here
 
-        taken = Harness.build(config, prompter=prompter).tools.tools
-        remote, close_remote = await connect_remote_tools(config, taken)
+        # Only the names the run's own tools take: a harness that needs no model client.
+        local = Harness.build(config, RunOptions(model=NoModel(), prompter=prompter))
+        remote, close_remote = await connect_remote_tools(config, local.tools.tools)
     try:
-        kw: dict[str, Any] = {"events": events, "prompter": prompter, "tools": remote}
+        options = RunOptions(events=events, prompter=prompter, tools=remote)
         if args.resume:
             store = store_for(args.state_dir, config)
-            run = resume_session(config, args.resume, store, force=args.force, **kw)
+            run = await resume_session(config, args.resume, store, options, force=args.force)
         elif args.checkpoint:
             prompt = " ".join(args.prompt).strip() or DEFAULT_PROMPT
             store = store_for(args.state_dir, config)
-            run = start_session(config, prompt, store, run_id=args.name, **kw)
+            run = await start_session(config, prompt, store, options, run_id=args.name)
             _say(f"session: {run.data.run_id}")
         else:
             prompt = " ".join(args.prompt).strip() or DEFAULT_PROMPT
-            run = Run.create(config, prompt, **kw)
+            await warm_up(config.llm)  # the SDK's import and client, off the loop
+            run = Run.create(config, prompt, options)
+        run.harness.journal = failpoint.install(run.harness.journal)  # FISK_FAILPOINT
         return await _drive(run, args, journaled=early.journaled, signals=early.count)
     finally:
         if close_remote is not None:
@@ -172,8 +185,10 @@ async def _drive(run: Run, args: argparse.Namespace, *, journaled: bool, signals
         if journaled:
             _say(_resume_hint(run, args))
         # A tool still running in a worker thread must not hold the exit: the journal is
-        # already durable, and the crash policy handles that tool on resume.
+        # already durable, and the crash policy handles that tool on resume. The event lines
+        # queued so far are written first (briefly blocking the loop: it is about to end).
         sys.stdout.flush()
+        shared_line_writer().drain(timeout=2.0)
         os._exit(EXIT_ABORTED)
     finally:
         # The run is over: from here to the exit a signal must not kill a clean finish.
@@ -181,12 +196,10 @@ async def _drive(run: Run, args: argparse.Namespace, *, journaled: bool, signals
         for signum in SIGNALS:
             loop.remove_signal_handler(signum)
             signal.signal(signum, signal.SIG_IGN)
-        close = getattr(run.harness.journal, "close", None)
-        if close is not None:
-            await close()
-    if state == "suspended":
+        await run.aclose()  # the session's lock and the model's client
+    if state == States.SUSPENDED:
         _say(f"suspended; {_resume_hint(run, args)}")
-    return 0 if state in ("completed", "suspended") else 1
+    return 0 if state in (States.COMPLETED, States.SUSPENDED) else 1
 
 
 def _resume_hint(run: Run, args: argparse.Namespace) -> str:

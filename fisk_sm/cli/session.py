@@ -56,7 +56,7 @@ def cmd_session(args: argparse.Namespace) -> int:
                 f"status:         {snap.status}{f' ({snap.outcome})' if snap.outcome else ''}\n"
                 f"model:          {snap.fingerprint.get('model', '')}\n"
                 f"created:        {snap.created}\n"
-                f"next iteration: {snap.iteration}\n"
+                f"iterations:     {snap.iteration}\n"
                 f"resumes in:     {snap.state}\n"
                 f"llm calls:      {snap.llm_calls}\n"
                 f"tool calls:     {snap.tool_calls}\n"

@@ -7,14 +7,12 @@ Every problem is reported as a :class:`ConfigError` whose ``str()`` is
 
 from __future__ import annotations
 
-import ipaddress
 import math
 import os
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, get_args, get_origin
-from urllib.parse import urlsplit
 
 import attrs
 import cattrs
@@ -25,7 +23,7 @@ from cattrs.gen import make_dict_structure_fn, override
 from fisk_sm.config.errors import ConfigError, check, parse_duration, show
 from fisk_sm.config.exec import ExecToolSpec, parse_exec_tool
 from fisk_sm.config.harness import HarnessConfig, NatsConfig, RemoteHost
-from fisk_sm.config.names import CRASH_POLICIES, IDENTITY_RE
+from fisk_sm.config.names import CRASH_POLICIES, IDENTITY_RE, check_base_url
 
 __all__ = [
     "AgentConfig",
@@ -163,40 +161,6 @@ class AgentConfig:
         """Where exec tools run: `harness.work_dir` (from the config's folder), else the cwd."""
         work_dir = self.harness.work_dir
         return Path.cwd() if work_dir is None else self.base_dir / Path(work_dir).expanduser()
-
-
-def check_base_url(url: str) -> str | None:
-    """Return why ``url`` is not an acceptable API base URL, or ``None`` if it is fine.
-
-    ``https://`` is allowed for any host; ``http://`` only for ``localhost``, 127.0.0.0/8
-    and ``[::1]``. Credentials, other schemes, and URLs without a host are refused.
-    """
-    if any(ch.isspace() or not ch.isprintable() for ch in url) or "\\" in url:
-        return "must not contain whitespace, control characters or backslashes"
-    try:
-        parts = urlsplit(url)
-        host = parts.hostname or ""
-        _ = parts.port
-    except ValueError as exc:
-        return f"not a valid URL ({exc})"
-    scheme = parts.scheme.lower()
-    if scheme not in ("http", "https"):
-        return f"scheme must be https (or http for localhost), got {scheme or 'none'!r}"
-    if "@" in parts.netloc:
-        return "must not contain credentials (user:password@)"
-    if not host:
-        return "has no host"
-    if scheme == "http" and host != "localhost" and not _is_loopback_ip(host):
-        return f"http:// is only allowed for localhost, 127.0.0.0/8 or [::1], not {host!r}"
-    return None
-
-
-def _is_loopback_ip(host: str) -> bool:
-    try:
-        addr = ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return addr.is_loopback if addr.version == 4 else addr == ipaddress.IPv6Address("::1")
 
 
 def _strict(kind: type, what: str) -> Callable[[object, object], Any]:

@@ -1,5 +1,5 @@
-"""The names fisk-sm checks in one place: crash policies, identities, tool names, NATS subjects
-and which environment variables are secrets.
+"""The names and addresses fisk-sm checks, in one place: crash policies, identities, tool names,
+NATS subjects, which environment variables are secrets, and which API base URLs are allowed.
 
 Every rule here is used by more than one module (the config loader, the tools, the remote host);
 keeping one copy means agent.yaml and `serve_tools` can never disagree about what is valid.
@@ -7,7 +7,9 @@ keeping one copy means agent.yaml and `serve_tools` can never disagree about wha
 
 from __future__ import annotations
 
+import ipaddress
 import re
+from urllib.parse import urlsplit
 
 __all__ = [
     "ALWAYS_STRIPPED_PREFIX",
@@ -16,6 +18,7 @@ __all__ = [
     "SUBJECT_RE",
     "TOOL_NAME_RE",
     "always_stripped_env_name",
+    "check_base_url",
     "pass_env_problem",
     "secret_env_name",
 ]
@@ -57,3 +60,37 @@ def pass_env_problem(name: str) -> str | None:
     if always_stripped_env_name(name):
         return f"{name} is never passed to a tool (no {ALWAYS_STRIPPED_PREFIX}* variable is)"
     return None
+
+
+def check_base_url(url: str) -> str | None:
+    """Return why ``url`` is not an acceptable API base URL, or ``None`` if it is fine.
+
+    ``https://`` is allowed for any host; ``http://`` only for ``localhost``, 127.0.0.0/8
+    and ``[::1]``. Credentials, other schemes, and URLs without a host are refused.
+    """
+    if any(ch.isspace() or not ch.isprintable() for ch in url) or "\\" in url:
+        return "must not contain whitespace, control characters or backslashes"
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        _ = parts.port
+    except ValueError as exc:
+        return f"not a valid URL ({exc})"
+    scheme = parts.scheme.lower()
+    if scheme not in ("http", "https"):
+        return f"scheme must be https (or http for localhost), got {scheme or 'none'!r}"
+    if "@" in parts.netloc:
+        return "must not contain credentials (user:password@)"
+    if not host:
+        return "has no host"
+    if scheme == "http" and host != "localhost" and not _is_loopback_ip(host):
+        return f"http:// is only allowed for localhost, 127.0.0.0/8 or [::1], not {host!r}"
+    return None
+
+
+def _is_loopback_ip(host: str) -> bool:
+    try:
+        addr = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return addr.is_loopback if addr.version == 4 else addr == ipaddress.IPv6Address("::1")

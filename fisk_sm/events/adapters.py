@@ -3,17 +3,20 @@
 Library etiquette: nothing here configures logging. `StructlogEvents` logs each event through
 the logger it is given (or `structlog.get_logger("fisk_sm")`) and leaves rendering to the
 application. `JsonLinesEvents` writes one JSON object per event to a text stream, for a
-supervisor or a test to read.
+supervisor or a test to read; the writing happens on a background thread
+(`fisk_sm.events.linewriter`), never on the event loop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any, TextIO
 
 import attrs
 import structlog
 
+from fisk_sm.events.linewriter import Lane, shared_line_writer
 from fisk_sm.events.types import Event, ToolFinished, WarningRaised
 
 __all__ = ["JsonLinesEvents", "StructlogEvents"]
@@ -46,12 +49,31 @@ class StructlogEvents:
 
 @attrs.define
 class JsonLinesEvents:
-    """Writes `{"event": kind, ...fields}` per line and flushes, so a reader sees it at once."""
+    """Writes `{"event": kind, ...fields}` per line, in order, flushed so a reader sees it soon.
+
+    `emit` only queues the line: a background thread shared by every stream writes and flushes
+    it, so a slow disk or reader never stalls the event loop. `close()` (or `await aclose()`)
+    waits until every line emitted so far is written and flushed; the stream stays open (it is
+    the caller's), and the first write error, if any, is raised there.
+    """
 
     stream: TextIO
+    _lane: Lane = attrs.field(init=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._lane = Lane(self.stream)
 
     def emit(self, event: Event) -> None:
-        """Write one line for `event`."""
+        """Queue one line for `event`."""
         line = json.dumps({"event": event.kind, **_fields(event)}, default=str)
-        self.stream.write(line + "\n")
-        self.stream.flush()
+        shared_line_writer().put(self._lane, line + "\n")
+
+    def close(self) -> None:
+        """Block until every line emitted so far is written and flushed."""
+        shared_line_writer().drain()
+        if self._lane.error is not None:
+            raise self._lane.error
+
+    async def aclose(self) -> None:
+        """`close()` from a worker thread, so the event loop does not wait."""
+        await asyncio.to_thread(self.close)

@@ -4,6 +4,13 @@ Events are frozen attrs records emitted from the state-entry hooks named in the 
 tool dispatch, to anything with an `emit(event)` method (`Events`). Adapters decide how they
 look: `Recorder` keeps them for tests, `fisk_sm.events.adapters.StructlogEvents` logs them, and
 `fisk_sm.cli.lineui.LineUI` draws the command line's output.
+
+A sink may also say which kinds it reads, with a `wants(kind) -> bool` method; the loop then
+skips building the events nobody reads (a `StateEntered` per transition, the answer text of
+each turn). A sink without `wants` receives every event; `wants(sink, kind)` asks any sink.
+
+An `iteration` field is always `RunData.iteration` as the event is made: the number of model
+calls the run has started. Token counts travel as one `Usage`.
 """
 
 from __future__ import annotations
@@ -12,6 +19,8 @@ from collections.abc import Iterator
 from typing import Any, Protocol, TypeVar
 
 import attrs
+
+from fisk_sm.events.usage import Usage
 
 __all__ = [
     "Event",
@@ -25,7 +34,9 @@ __all__ = [
     "StateEntered",
     "ToolCalled",
     "ToolFinished",
+    "Usage",
     "WarningRaised",
+    "wants",
 ]
 
 
@@ -42,8 +53,12 @@ class Event:
         return "".join("_" + c.lower() if c.isupper() else c for c in name).lstrip("_")
 
     def fields(self) -> dict[str, Any]:
-        """The event's fields, run_id included."""
-        return attrs.asdict(self, recurse=False)
+        """The event's fields, run_id included; a `Usage` as a dict of its tiers."""
+        fields = attrs.asdict(self, recurse=False)
+        for name, value in fields.items():
+            if isinstance(value, Usage):
+                fields[name] = attrs.asdict(value)
+        return fields
 
 
 @attrs.frozen
@@ -58,7 +73,7 @@ class RunStarted(Event):
 
 @attrs.frozen
 class RunResumed(Event):
-    """A session was folded from its journal and continues in `state`."""
+    """A session was folded from its journal and continues in `state` at `iteration`."""
 
     state: str
     iteration: int
@@ -68,7 +83,11 @@ class RunResumed(Event):
 
 @attrs.frozen
 class StateEntered(Event):
-    """The run entered `state` (one event per entry, the initial state included)."""
+    """The run entered `state` (one event per entry, the initial state included).
+
+    `iteration` counts the model calls started before the entry: the first `call` is entered
+    at 0, and the states after its reply at 1.
+    """
 
     state: str
     iteration: int
@@ -76,16 +95,16 @@ class StateEntered(Event):
 
 @attrs.frozen
 class MessageReceived(Event):
-    """The model replied; `terminal` is true when this turn ends the run."""
+    """The model replied; `terminal` is true when this turn ends the run.
+
+    `iteration` is the number of the call that replied (1 for the first); `usage` its tokens.
+    """
 
     iteration: int
     stop_reason: str | None
     terminal: bool
     text: str
-    input_tokens: int
-    output_tokens: int
-    cache_read_tokens: int
-    cache_create_tokens: int
+    usage: Usage
 
 
 @attrs.frozen
@@ -120,26 +139,35 @@ class WarningRaised(Event):
 
 @attrs.frozen
 class RunEnded(Event):
-    """The run reached a terminal state."""
+    """The run reached a terminal state after `iteration` model calls; `usage` is the run's
+    total by tier."""
 
     state: str
     message: str | None
     answer: str
     model: str
+    iteration: int
     llm_calls: int
     tool_calls: int
-    input_tokens: int
-    output_tokens: int
-    cache_read_tokens: int
-    cache_create_tokens: int
+    usage: Usage
     seconds: float
     tool_kinds: tuple[tuple[str, int], ...] = ()
 
 
 class Events(Protocol):
-    """A sink for events. `emit` must not block the loop for long."""
+    """A sink for events. `emit` must not block the loop for long.
+
+    Optionally, `wants(kind: type[Event]) -> bool` says whether the sink reads events of
+    `kind`; the loop skips building those it does not (see `wants`).
+    """
 
     def emit(self, event: Event) -> None: ...
+
+
+def wants(sink: Events, kind: type[Event]) -> bool:
+    """Whether `sink` reads events of `kind`: its own `wants` answer, else yes."""
+    ask = getattr(sink, "wants", None)
+    return True if ask is None else bool(ask(kind))
 
 
 E = TypeVar("E", bound=Event)
@@ -154,6 +182,10 @@ class Recorder:
     def emit(self, event: Event) -> None:
         """Record `event`."""
         self.events.append(event)
+
+    def wants(self, kind: type[Event]) -> bool:
+        """Every kind: a recorder keeps everything."""
+        return True
 
     def of(self, kind: type[E]) -> list[E]:
         """The recorded events of one type, in order."""
@@ -172,6 +204,10 @@ class Fanout:
     """Sends each event to several sinks in turn."""
 
     sinks: tuple[Events, ...]
+
+    def wants(self, kind: type[Event]) -> bool:
+        """Whether any of the sinks reads `kind`."""
+        return any(wants(sink, kind) for sink in self.sinks)
 
     def emit(self, event: Event) -> None:
         """Pass `event` to every sink."""

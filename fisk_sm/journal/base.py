@@ -4,6 +4,12 @@ A journal is append-only. `append` must make the record durable before it return
 loop moves on as soon as it does: the assistant turn is journaled before any tool runs, and each
 tool result the instant its tool ends. The append contract: a seq at or below the last one is a
 no-op (a replay after a lost acknowledgement), `last + 1` is written, anything higher is a gap.
+
+An async `append` must not block the event loop while it waits for the disk: the file journal
+hands its lines to a writer thread and awaits the commit (`fisk_sm.journal.writer`). The one
+record that may return before its own fsync is the intent record of a `retry` tool: should a
+machine crash lose it, resume runs the tool again, which is what `retry` does anyway; the fsync
+of the tool's result covers it.
 """
 
 from __future__ import annotations

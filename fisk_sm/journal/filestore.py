@@ -5,25 +5,31 @@ truncates a torn last line so the next append starts clean, but only once the fi
 readable by this version; a bad interior line is an error. Journals and locks are opened with
 `O_NOFOLLOW` and `O_NONBLOCK`, and anything but a regular file is refused, so a planted symlink or
 FIFO is never followed, written through or waited on.
+
+`open` and `create` take a lock, read or create a file and fsync it: on an event loop, use
+`open_async` and `create_async`, which do the same in a worker thread. The open journal
+(`fisk_sm.journal.filejournal`) appends through the group-commit writer, off the loop too.
 """
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import contextlib
 import fcntl
-import json
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import TypeVar
 
 import attrs
 
 from fisk_sm.config.errors import one_line
-from fisk_sm.journal.base import JournalError, check_append
-from fisk_sm.journal.fold import FoldError, fold
-from fisk_sm.journal.records import FORMAT_VERSION, Meta, Record, Terminal, decode, encode
+from fisk_sm.journal.base import JournalError
+from fisk_sm.journal.filejournal import FileJournal, JournalIOError
+from fisk_sm.journal.parsing import CorruptJournalError, fold_journal, parse_journal, read_all
+from fisk_sm.journal.records import Meta, Record, Terminal
 from fisk_sm.journal.snapshot import Snapshot
 from fisk_sm.journal.statedir import (
     UnsafeFileError,
@@ -52,11 +58,6 @@ _ID = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_-]*")
 _MAX_ID = 128
 
 
-class JournalIOError(JournalError):
-    """The disk failed us (full, read-only, permissions): not bad input, and the journal is
-    intact up to its last durable record."""
-
-
 class InvalidIdError(JournalError):
     """A session id that does not match `^[a-zA-Z0-9][a-zA-Z0-9_-]*$` or is over 128 chars."""
 
@@ -71,10 +72,6 @@ class SessionNotFoundError(JournalError):
 
 class SessionLockedError(JournalError):
     """The session's lock is held (another run owns it)."""
-
-
-class CorruptJournalError(JournalError):
-    """A journal with a bad interior line; the message names the file and 1-based line."""
 
 
 def check_run_id(run_id: str) -> str:
@@ -106,63 +103,6 @@ class SessionInfo:
     problem: str = ""
 
 
-def _parse(path: Path, data: bytes) -> tuple[builtins.list[Record], int]:
-    """A journal's good records and the byte offset where they end (a torn last line left out).
-
-    A bad interior line, a seq out of step or a misplaced meta is a `CorruptJournalError`.
-    """
-    lines = data.split(b"\n")
-    lines.pop()  # the text after the last newline, if any: a write cut short, dropped
-    if lines:
-        _check_version(path, lines[0])
-    records: list[Record] = []
-    end = 0
-    for number, line in enumerate(lines, start=1):
-        try:
-            record = decode(line)
-        except ValueError as exc:
-            # Only text after the last newline can be a torn write (the newline is the last
-            # byte written); a complete line that does not decode is corruption, or a record
-            # of a newer format that must not be thrown away.
-            raise CorruptJournalError(f"{path}: line {number}: {one_line(exc)}") from None
-        if record.seq != number:
-            raise CorruptJournalError(f"{path}: line {number}: seq {record.seq}, expected {number}")
-        if (number == 1) != isinstance(record, Meta):
-            what = "first record is not meta" if number == 1 else "meta record after line 1"
-            raise CorruptJournalError(f"{path}: line {number}: {what}")
-        records.append(record)
-        end += len(line) + 1
-    return records, end
-
-
-def _check_version(path: Path, first: bytes) -> None:
-    """Refuse a journal of another format version before anything else reads (or cuts) it."""
-    try:
-        version = json.loads(first).get("version")
-    except (ValueError, AttributeError):
-        return  # not a meta line at all: decoding reports it
-    if isinstance(version, int) and version != FORMAT_VERSION:
-        raise CorruptJournalError(
-            f"{path}: journal format version {version} (this fisk-sm reads {FORMAT_VERSION});"
-            " the file was left unchanged"
-        )
-
-
-def fold_journal(path: Path, records: builtins.list[Record]) -> Snapshot:
-    """`fold`, with a refusal naming the journal's file."""
-    try:
-        return fold(records)
-    except FoldError as exc:
-        raise CorruptJournalError(f"{path}: {exc}") from None
-
-
-def _read_all(fd: int) -> bytes:
-    chunks = []
-    while chunk := os.read(fd, 1 << 20):
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
 def _not_found(run_id: str, path: Path) -> SessionNotFoundError:
     return SessionNotFoundError(f"session '{run_id}' not found: {path}")
 
@@ -182,76 +122,23 @@ def _errors(path: Path, run_id: str = "") -> Iterator[None]:
         raise JournalIOError(f"{path}: {one_line(exc.strerror or exc)}") from exc
 
 
-@attrs.define(eq=False)
-class FileJournal:
-    """An open session journal: appends are durable (fsync) before they return.
+_T = TypeVar("_T")
 
-    It holds the session lock until closed. `records` are the records the journal held when it
-    was handed out (read at open, or the meta at create); appends do not extend it.
-    """
 
-    path: Path
-    _fd: int = attrs.field(repr=False)
-    _lock_fd: int = attrs.field(repr=False)
-    records: builtins.list[Record]
-    _last_seq: int = 0
-    _broken: bool = False
-    _closed: bool = False
+async def _off_loop(opener: Callable[[_T], FileJournal], arg: _T) -> FileJournal:
+    """`opener(arg)` in a worker thread; should the caller be cancelled meanwhile, the journal
+    it opened is closed when the thread is done, so its lock is not held forever."""
+    task = asyncio.ensure_future(asyncio.to_thread(opener, arg))
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        task.add_done_callback(_close_unclaimed)
+        raise
 
-    @property
-    def last_seq(self) -> int:
-        """The seq of the last record known durable (0 when empty)."""
-        return self._last_seq
 
-    def append_sync(self, record: Record) -> None:
-        """Append under the append contract: write one line, fsync, then advance `last_seq`.
-
-        After a failed write the journal refuses further appends (the file's tail is unknown);
-        reopen the session, which truncates a torn line.
-        """
-        if self._closed or self._broken:
-            why = "closed" if self._closed else "broken by a failed write; reopen it"
-            raise JournalError(f"{self.path}: journal is {why}")
-        try:
-            if not check_append(self._last_seq, record):
-                return
-        except JournalError as exc:
-            raise JournalError(f"{self.path}: {exc}") from None
-        view = memoryview((encode(record) + "\n").encode())
-        try:
-            while view:
-                view = view[os.write(self._fd, view) :]
-            os.fsync(self._fd)
-        except OSError as exc:
-            self._broken = True
-            raise JournalIOError(
-                f"{self.path}: append of seq {record.seq} failed: {one_line(exc.strerror or exc)}"
-            ) from exc
-        self._last_seq = record.seq
-
-    async def append(self, record: Record) -> None:
-        """The `Journal` protocol's append: `append_sync` (it blocks for the fsync)."""
-        self.append_sync(record)
-
-    def close_sync(self) -> None:
-        """Close the journal and release the lock; idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            os.close(self._fd)
-        finally:
-            os.close(self._lock_fd)
-
-    async def close(self) -> None:
-        """The `Journal` protocol's close: `close_sync`."""
-        self.close_sync()
-
-    def __enter__(self) -> FileJournal:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close_sync()
+def _close_unclaimed(task: asyncio.Future[FileJournal]) -> None:
+    if not task.cancelled() and task.exception() is None:
+        task.result().close_sync()
 
 
 @attrs.frozen
@@ -328,13 +215,21 @@ class FileStore:
             undo.callback(os.close, lock_fd)
             fd = open_regular(path, os.O_RDWR | os.O_APPEND)
             undo.callback(os.close, fd)
-            data = _read_all(fd)  # under the lock: no writer but us
-            records, end = _parse(path, data)  # refuses before a byte is cut
+            data = read_all(fd)  # under the lock: no writer but us
+            records, end = parse_journal(path, data)  # refuses before a byte is cut
             if end < len(data):
                 os.ftruncate(fd, end)
                 os.fsync(fd)
             undo.pop_all()
         return FileJournal(path, fd, lock_fd, records, len(records))
+
+    async def create_async(self, meta: Meta) -> FileJournal:
+        """`create` in a worker thread: the lock, the new file and both fsyncs stay off the loop."""
+        return await _off_loop(self.create, meta)
+
+    async def open_async(self, run_id: str) -> FileJournal:
+        """`open` in a worker thread: the lock, the read, the parse and a torn line's cut."""
+        return await _off_loop(self.open, run_id)
 
     def load(self, run_id: str) -> builtins.list[Record]:
         """Read session `run_id` without locking or changing it (a torn last line is dropped)."""
@@ -342,10 +237,10 @@ class FileStore:
         with _errors(path, run_id):
             fd = open_regular(path, os.O_RDONLY)
             try:
-                data = _read_all(fd)
+                data = read_all(fd)
             finally:
                 os.close(fd)
-        return _parse(path, data)[0]
+        return parse_journal(path, data)[0]
 
     def snapshot(self, run_id: str) -> Snapshot:
         """The folded state of session `run_id` (read without locking or changing it)."""
@@ -373,7 +268,7 @@ class FileStore:
                 f"fork of session '{run_id}' at seq {at_seq}: must be between 1 and {len(records)}"
             )
         meta = records[0]
-        assert isinstance(meta, Meta)  # _parse guarantees it
+        assert isinstance(meta, Meta)  # parse_journal guarantees it
         with self.create(attrs.evolve(meta, run_id=new_id)) as journal:
             try:
                 for record in records[1:at_seq]:
@@ -406,7 +301,7 @@ class FileStore:
             reason = one_line(exc).removeprefix(f"{path}: ")
             return SessionInfo(path.stem, "", "damaged", updated, "", 0, reason)
         meta = records[0]
-        assert isinstance(meta, Meta)  # _parse guarantees it
+        assert isinstance(meta, Meta)  # parse_journal guarantees it
         ends = [r.reason for r in records if isinstance(r, Terminal)]
         model = str(meta.fingerprint.get("model", ""))
         status = ends[-1] if ends else "open"

@@ -14,6 +14,11 @@ says where the run picks up:
 A `completed` terminal record makes the state `completed`; any other terminal record leaves the
 structural state, so a suspended, budget-stopped or failed run can be resumed. Only the last
 terminal record counts.
+
+The iteration is the number of assistant turns. A failed call, the only one never journaled,
+ends its run, so every call that led anywhere has its turn. Counting turns rather than reading
+their `iteration` field keeps journals written before the field held the call count (when it
+was one lower) folding to the same snapshot.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from fisk_sm.config.states import States
 from fisk_sm.journal.base import JournalError
 from fisk_sm.journal.records import (
     FORMAT_VERSION,
@@ -32,7 +38,7 @@ from fisk_sm.journal.records import (
     ToolStarted,
     User,
 )
-from fisk_sm.journal.snapshot import Message, RunData, Snapshot, Usage, tool_uses
+from fisk_sm.journal.snapshot import Message, RunData, Snapshot, tool_uses
 
 __all__ = ["FoldError", "fold"]
 
@@ -85,16 +91,11 @@ def fold(records: Sequence[Record]) -> Snapshot:
         if isinstance(record, Assistant):
             commit()
             turn = record
-            usage = Usage(
-                record.input_tokens,
-                record.output_tokens,
-                record.cache_read_tokens,
-                record.cache_create_tokens,
-            )
             data.messages.append(record.message)
             data.turn, data.stop_reason = record.message, record.stop_reason
-            data.iteration, data.llm_calls = record.iteration + 1, data.llm_calls + 1
-            data.usage, data.last_usage = data.usage + usage, usage
+            data.llm_calls += 1
+            data.iteration = data.llm_calls
+            data.usage, data.last_usage = data.usage + record.usage, record.usage
         elif isinstance(record, ToolStarted | ToolResult):
             if turn is None:
                 raise FoldError(f"a tool record before any assistant turn at seq {record.seq}")
@@ -111,10 +112,10 @@ def fold(records: Sequence[Record]) -> Snapshot:
         elif isinstance(record, Terminal):
             terminal = record
     state = _resume_state(data, turn, started)
-    if turn is not None and state == "suspend_check":
+    if turn is not None and state == States.SUSPEND_CHECK:
         commit()
-    if terminal is not None and terminal.reason == "completed":
-        state = "completed"
+    if terminal is not None and terminal.reason == States.COMPLETED:
+        state = States.COMPLETED
     return Snapshot.of(
         state,
         data,
@@ -129,15 +130,15 @@ def fold(records: Sequence[Record]) -> Snapshot:
 def _resume_state(data: RunData, turn: Assistant | None, started: set[str]) -> str:
     """Where a folded run continues; fills the pending batch of an open turn."""
     if turn is None:
-        return "suspend_check"
+        return States.SUSPEND_CHECK
     answered = {r["tool_use_id"] for r in data.results}
     uses = tool_uses(turn.message)
     unanswered = [u for u in uses if u["id"] not in answered]
     if uses and not unanswered:
-        return "suspend_check"
+        return States.SUSPEND_CHECK
     if not answered and not started:
         data.pending = uses
-        return "decide"
+        return States.DECIDE
     data.pending = unanswered
     data.interrupted = [u["id"] for u in unanswered if u["id"] in started]
-    return "execute"
+    return States.EXECUTE

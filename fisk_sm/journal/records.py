@@ -3,6 +3,11 @@
 A run's durable state is the sequence of these records; folding them gives the snapshot. A record
 is a delta, never a copy of the whole state, so a journal grows with the conversation's content
 and not with its square. Each record carries its `seq` (1 for meta, then +1 per record).
+
+On disk an `assistant` record keeps its token tiers as four top-level keys (the layout every
+journal has had); in Python they are one `usage: Usage`. Two cattrs hooks on `Assistant` move
+between the two, registered before the tagged union is configured, because the union captures
+each class's hooks when it is built.
 """
 
 from __future__ import annotations
@@ -13,7 +18,10 @@ from typing import Any
 
 import attrs
 import cattrs
+from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn
 from cattrs.strategies import configure_tagged_union
+
+from fisk_sm.events.usage import Usage
 
 __all__ = [
     "FORMAT_VERSION",
@@ -46,21 +54,30 @@ class Meta:
     def new(cls, run_id: str, fingerprint: dict[str, Any], prompt: str) -> Meta:
         """The meta record (seq 1) of a run created now."""
         created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        return cls(1, FORMAT_VERSION, run_id, created, fingerprint, prompt)
+        return cls(
+            seq=1,
+            version=FORMAT_VERSION,
+            run_id=run_id,
+            created=created,
+            fingerprint=fingerprint,
+            prompt=prompt,
+        )
 
 
 @attrs.frozen
 class Assistant:
-    """A model reply, verbatim, journaled before any of its tools run."""
+    """A model reply, verbatim, journaled before any of its tools run.
+
+    `iteration` is the run's count of model calls started, this one included (see
+    `RunData.iteration`); journals written before that count was settled hold it one lower,
+    which is why the fold counts turns instead of reading it.
+    """
 
     seq: int
     iteration: int
     message: dict[str, Any]
     stop_reason: str | None
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_create_tokens: int = 0
+    usage: Usage = attrs.Factory(Usage)
 
 
 @attrs.frozen
@@ -112,6 +129,29 @@ _TAGS = {
 }
 
 converter = cattrs.Converter(forbid_extra_keys=True)
+
+_TIERS = tuple(f.name for f in attrs.fields(Usage))
+_nested_out = make_dict_unstructure_fn(Assistant, converter)
+_nested_in = make_dict_structure_fn(Assistant, converter, _cattrs_forbid_extra_keys=True)
+
+
+def _flat_assistant(record: Assistant) -> dict[str, Any]:
+    data: dict[str, Any] = _nested_out(record)
+    data.update(data.pop("usage"))  # usage is the last field: the tiers keep their place
+    return data
+
+
+def _nested_assistant(data: dict[str, Any], cls: type[Assistant]) -> Assistant:
+    if "usage" in data:  # not a key on disk: the tiers are
+        raise ValueError(f"Extra fields in constructor for {cls.__name__}: usage")
+    rest = dict(data)
+    usage = {tier: rest.pop(tier) for tier in _TIERS if tier in rest}
+    record: Assistant = _nested_in({**rest, "usage": usage}, cls)
+    return record
+
+
+converter.register_unstructure_hook(Assistant, _flat_assistant)
+converter.register_structure_hook(Assistant, _nested_assistant)
 configure_tagged_union(
     Record,
     converter,
@@ -156,7 +196,13 @@ def decode(line: str | bytes) -> Record:
     try:
         record: Record = structure(data, cls)
     except (cattrs.BaseValidationError, ValueError, TypeError, KeyError) as exc:
-        problems = getattr(exc, "exceptions", [exc])
+        problems = _leaves(exc)
         notes = "; ".join(f"missing {e}" if isinstance(e, KeyError) else str(e) for e in problems)
         raise ValueError(f"malformed {tag} record: {notes}") from None
     return record
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    """The innermost errors of a cattrs validation error (a nested usage tier's included)."""
+    nested = getattr(exc, "exceptions", None)
+    return [leaf for e in nested for leaf in _leaves(e)] if nested else [exc]

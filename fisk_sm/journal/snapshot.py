@@ -14,48 +14,12 @@ from typing import Any
 import attrs
 import cattrs
 
+from fisk_sm.config.states import States
+from fisk_sm.events.usage import Usage
+
 __all__ = ["Message", "RunData", "Snapshot", "Usage", "tool_uses"]
 
 Message = dict[str, Any]
-
-
-@attrs.frozen
-class Usage:
-    """Tokens by tier. The run budget counts all four."""
-
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_create_tokens: int = 0
-
-    @property
-    def total(self) -> int:
-        """All four tiers summed: the figure checked against `max_tokens`."""
-        return (
-            self.input_tokens
-            + self.output_tokens
-            + self.cache_read_tokens
-            + self.cache_create_tokens
-        )
-
-    def __add__(self, other: Usage) -> Usage:
-        return Usage(
-            self.input_tokens + other.input_tokens,
-            self.output_tokens + other.output_tokens,
-            self.cache_read_tokens + other.cache_read_tokens,
-            self.cache_create_tokens + other.cache_create_tokens,
-        )
-
-    @classmethod
-    def from_api(cls, usage: dict[str, Any] | None) -> Usage:
-        """Read the `usage` object of a Messages API reply (missing tiers count 0)."""
-        u = usage or {}
-        return cls(
-            int(u.get("input_tokens") or 0),
-            int(u.get("output_tokens") or 0),
-            int(u.get("cache_read_input_tokens") or 0),
-            int(u.get("cache_creation_input_tokens") or 0),
-        )
 
 
 def tool_uses(message: Message | None) -> list[Message]:
@@ -67,14 +31,22 @@ def tool_uses(message: Message | None) -> list[Message]:
 
 @attrs.define
 class RunData:
-    """The resumable data of one run, mutated in place by the phase actions."""
+    """The resumable data of one run, mutated in place by the phase actions.
+
+    `iteration` is the number of model calls the run has started (a failed call counts; the
+    fold of a journal counts its assistant turns). It is the one iteration number: every event
+    and journal record that carries an `iteration` carries this count as it stands when the
+    event or record is made. So the first `call` state is entered at 0, and its request, reply
+    (`MessageReceived`, the `assistant` record) and every state up to the next `call` are 1.
+    The `iteration_cap_reached` guard compares it with `max_iterations`.
+    """
 
     run_id: str
     prompt: str
     messages: list[Message] = attrs.Factory(list)
     iteration: int = 0
-    usage: Usage = Usage()
-    last_usage: Usage = Usage()
+    usage: Usage = attrs.Factory(Usage)
+    last_usage: Usage = attrs.Factory(Usage)
     llm_calls: int = 0
     tool_calls: int = 0
     turn: Message | None = None
@@ -126,7 +98,7 @@ class Snapshot:
     @property
     def completed(self) -> bool:
         """Whether the run ended with a final answer (such a run cannot be resumed)."""
-        return self.status == "completed"
+        return self.status == States.COMPLETED
 
     @property
     def answered(self) -> tuple[str, ...]:

@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
-from fisk_sm.events.types import MessageReceived, ToolCalled, ToolFinished, WarningRaised
+from fisk_sm.events.types import MessageReceived, ToolCalled, ToolFinished, WarningRaised, wants
 from fisk_sm.journal.records import Assistant, ToolResult, ToolStarted
 from fisk_sm.journal.snapshot import RunData, Usage, tool_uses
 from fisk_sm.loop.harness import Harness
-from fisk_sm.machine.guards import REFUSED, TRUNCATED, turn_is_final
+from fisk_sm.machine.guards import turn_is_final, unusable_turn
 from fisk_sm.model.anthropic import ModelError
 from fisk_sm.tools.base import Outcome, Tool
 
@@ -43,7 +43,7 @@ async def check_boundary(run: Phase) -> None:
 
 
 async def call_model(run: Phase) -> None:
-    """One model request; the iteration index is consumed even if the call fails."""
+    """One model request; it counts as an iteration even if it fails."""
     data = run.data
     data.iteration += 1
     data.error = None
@@ -68,42 +68,36 @@ async def journal_turn(run: Phase) -> None:
     data.messages.append(turn)
     data.pending = tool_uses(turn)
     data.results = []
-    u = data.last_usage
     record = Assistant(
-        run.next_seq(),
-        data.iteration - 1,
-        turn,
-        data.stop_reason,
-        u.input_tokens,
-        u.output_tokens,
-        u.cache_read_tokens,
-        u.cache_create_tokens,
+        seq=run.next_seq(),
+        iteration=data.iteration,
+        message=turn,
+        stop_reason=data.stop_reason,
+        usage=data.last_usage,
     )
     await run.harness.journal.append(record)
 
 
 async def decide_turn(run: Phase) -> None:
-    """Report the turn; a truncated or refused answer becomes the run's error."""
+    """Report the turn; a truncated or refused answer becomes the run's error.
+
+    The guards that pick the exit (`turn_unusable`, `turn_is_final`) are asked, never restated.
+    """
     data = run.data
-    final = turn_is_final(run)
-    if data.stop_reason == "max_tokens":
-        data.error = TRUNCATED
-    elif final and data.stop_reason == "refusal":
-        data.error = REFUSED
-    u = data.last_usage
-    run.harness.events.emit(
-        MessageReceived(
-            data.run_id,
-            data.iteration - 1,
-            data.stop_reason,
-            final or data.stop_reason == "max_tokens",
-            data.answer(),
-            u.input_tokens,
-            u.output_tokens,
-            u.cache_read_tokens,
-            u.cache_create_tokens,
+    unusable = unusable_turn(run)
+    if unusable is not None:
+        data.error = unusable
+    events = run.harness.events
+    if wants(events, MessageReceived):  # the answer text is joined only for a reader
+        message = MessageReceived(
+            run_id=data.run_id,
+            iteration=data.iteration,
+            stop_reason=data.stop_reason,
+            terminal=unusable is not None or turn_is_final(run),
+            text=data.answer(),
+            usage=data.last_usage,
         )
-    )
+        events.emit(message)
 
 
 async def account_tokens(run: Phase) -> None:
@@ -127,16 +121,30 @@ async def execute_tool(run: Phase) -> None:
         outcome = await harness.gate.check(known, arguments)
     if outcome is not None:
         if outcome.warning:
-            harness.events.emit(WarningRaised(data.run_id, outcome.warning, name, outcome.content))
+            warning = WarningRaised(
+                run_id=data.run_id, warning=outcome.warning, name=name, detail=outcome.content
+            )
+            harness.events.emit(warning)
     else:
-        await harness.journal.append(ToolStarted(run.next_seq(), use_id, name))
-        agent = known.agent if known is not None else ""
-        called = ToolCalled(data.run_id, name, use_id, dict(arguments), kind, agent)
+        await harness.journal.append(ToolStarted(seq=run.next_seq(), tool_use_id=use_id, name=name))
+        called = ToolCalled(
+            run_id=data.run_id,
+            name=name,
+            tool_use_id=use_id,
+            input=dict(arguments),
+            tool_kind=kind,
+            agent=known.agent if known is not None else "",
+        )
         harness.events.emit(called)
         outcome = await harness.tools.invoke(name, arguments)
-        harness.events.emit(
-            ToolFinished(data.run_id, name, use_id, outcome.content, outcome.is_error)
+        finished = ToolFinished(
+            run_id=data.run_id,
+            name=name,
+            tool_use_id=use_id,
+            output=outcome.content,
+            is_error=outcome.is_error,
         )
+        harness.events.emit(finished)
     result: dict[str, Any] = {
         "type": "tool_result",
         "tool_use_id": use_id,
@@ -144,7 +152,9 @@ async def execute_tool(run: Phase) -> None:
     }
     if outcome.is_error:
         result["is_error"] = True
-    record = ToolResult(run.next_seq(), use_id, result, outcome.is_error, kind)
+    record = ToolResult(
+        seq=run.next_seq(), tool_use_id=use_id, result=result, is_error=outcome.is_error, kind=kind
+    )
     await harness.journal.append(record)
     data.results.append(result)
     data.pending.pop(0)

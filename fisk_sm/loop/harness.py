@@ -8,6 +8,10 @@ Tools come from agent.yaml (Python functions and exec commands), from code, and 
 built-ins that the harness block enables (the ask_human_* and memory_* tools); then the tool
 selection keeps those offered to the model. `system` is fingerprinted; `context` (the memory
 index, the resume reminder) is sent after it but may change between a run and its resume.
+
+What a caller hands in rather than have built from config (a model, more tools, a journal, an
+event sink, a suspend source, a prompter) travels as one frozen `RunOptions` record, through
+`Run.create`, `Harness.build`, `start_session` and `resume_session` alike.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from fisk_sm.tools.memory import (
     memory_tools,
 )
 
-__all__ = ["Harness", "configured_tools"]
+__all__ = ["Harness", "NoModel", "RunOptions", "configured_tools"]
 
 
 def _never() -> bool:
@@ -65,6 +69,42 @@ def configured_tools(config: AgentConfig) -> list[Tool]:
     return tools
 
 
+def _tool_tuple(tools: Iterable[Tool]) -> tuple[Tool, ...]:
+    return tuple(tools)
+
+
+@attrs.frozen
+class RunOptions:
+    """The infrastructure a run is handed instead of building it from config; all optional.
+
+    - `model`: answers the model calls (default: `AnthropicModel(config.llm)`, which the run
+      then owns and releases when it is closed);
+    - `tools`: tools given in code, offered after agent.yaml's;
+    - `journal`: where the records go (default: in memory; `start_session` and
+      `resume_session` open the session's file journal and refuse one given here);
+    - `events`: the event sink (default: a `Recorder`);
+    - `should_suspend`: polled at every loop boundary (default: never);
+    - `prompter`: answers the confirm gate and the ask_human_* tools (default: nobody, so
+      gated tools are denied).
+    """
+
+    model: ModelClient | None = None
+    tools: tuple[Tool, ...] = attrs.field(default=(), converter=_tool_tuple)
+    journal: Journal | None = None
+    events: Events | None = None
+    should_suspend: Callable[[], bool] | None = None
+    prompter: Prompter | None = None
+
+
+class NoModel:
+    """A model for a harness that never calls one (`fisk-sm info`, listing a run's tools):
+    building it needs no SDK client."""
+
+    async def create(self, request: ModelRequest) -> dict[str, Any]:
+        """Refuse: nothing built with it may call the model."""
+        raise RuntimeError("this harness was built without a model")
+
+
 def memory_store(config: AgentConfig) -> MemoryStore:
     """The memory store of `config`'s identity."""
     directory = config.memory_directory or default_memory_directory(config.identity)
@@ -86,23 +126,17 @@ class Harness:
     context: tuple[dict[str, Any], ...] = ()
     tool_definitions: tuple[dict[str, Any], ...] = ()
     warnings: tuple[tuple[str, str, str], ...] = ()
+    #: Whether the model was built here (so the run releases it), not handed in.
+    owns_model: bool = False
 
     @classmethod
-    def build(
-        cls,
-        config: AgentConfig,
-        *,
-        model: ModelClient | None = None,
-        tools: Iterable[Tool] = (),
-        journal: Journal | None = None,
-        events: Events | None = None,
-        should_suspend: Callable[[], bool] | None = None,
-        prompter: Prompter | None = None,
-    ) -> Harness:
-        """Build from config: agent.yaml's tools, then `tools` given in code, then built-ins."""
-        prompter = prompter or NoOperator()
+    def build(cls, config: AgentConfig, options: RunOptions | None = None) -> Harness:
+        """Build from config and `options`: agent.yaml's tools, then `options.tools`, then
+        built-ins; what `options` leaves out is built from config (see `RunOptions`)."""
+        options = options or RunOptions()
+        prompter = options.prompter or NoOperator()
         harness = config.harness
-        candidates = [*configured_tools(config), *tools]
+        candidates = [*configured_tools(config), *options.tools]
         system = [_text(config.system_prompt)] if config.system_prompt else []
         context = []
         warnings: list[tuple[str, str, str]] = []
@@ -129,17 +163,28 @@ class Harness:
         warnings += [("confirm_tag_unmatched", tag, "") for tag in gate.unmatched_tags(offered)]
         return cls(
             config=config,
-            model=model or AnthropicModel(config.llm),
+            model=options.model or AnthropicModel(config.llm),
             tools=box,
-            journal=journal if journal is not None else MemoryJournal(),
-            events=events if events is not None else Recorder(),
+            journal=options.journal if options.journal is not None else MemoryJournal(),
+            events=options.events if options.events is not None else Recorder(),
             gate=gate,
-            should_suspend=should_suspend or _never,
+            should_suspend=options.should_suspend or _never,
             system=tuple(system),
             context=tuple(context),
             tool_definitions=tuple(box.definitions),
             warnings=tuple(warnings),
+            owns_model=options.model is None,
         )
+
+    async def aclose(self) -> None:
+        """Release the journal (a session's lock and file) and, if it was built here, the
+        model's share of the SDK client; idempotent."""
+        try:
+            await self.journal.close()
+        finally:
+            close = getattr(self.model, "aclose", None) if self.owns_model else None
+            if close is not None:
+                await close()
 
     def request(self, messages: list[dict[str, Any]]) -> ModelRequest:
         """The next model request over `messages`."""

@@ -1,10 +1,12 @@
 """`Run`: one agent run, stepped one transition at a time.
 
-A `Run` is the model object of the shared loop machine. It holds the current state and the
+A `Run` is the model object of the shared loop machine (`loop_machine()`: one `transitions`
+Machine for every run, handed the run on each fire). It holds the current state and the
 resumable data (`RunData`), plus the rebuilt infrastructure (`Harness`). `await run.step()` does
 exactly one transition: the action of the current state, then the one trigger whose guards pick
-the exit, then the entry hooks. `await run.run()` steps to a terminal state. `run.sync()` gives a
-blocking facade for a plain debugger prompt.
+the exit, then the entry hooks; it returns a `Step` naming the exit and the guards tried.
+`await run.run()` steps to a terminal state. `run.sync()` gives a blocking facade for a plain
+debugger prompt.
 """
 
 from __future__ import annotations
@@ -13,24 +15,20 @@ import asyncio
 import functools
 import time
 import uuid
-from collections.abc import Callable, Iterable
 from typing import Any
 
 from fisk_sm.config.agent import AgentConfig, Budget
-from fisk_sm.events.types import Events, RunStarted, WarningRaised
-from fisk_sm.journal.base import Journal
+from fisk_sm.config.states import States
+from fisk_sm.events.types import RunStarted, WarningRaised
 from fisk_sm.journal.records import Meta, Terminal
 from fisk_sm.journal.snapshot import RunData, Snapshot
 from fisk_sm.loop.actions import ACTIONS
 from fisk_sm.loop.fingerprint import fingerprint
-from fisk_sm.loop.harness import Harness
+from fisk_sm.loop.harness import Harness, RunOptions
 from fisk_sm.loop.hooks import HOOKS
-from fisk_sm.machine.evaluator import LoopMachine, Step, build_machine
+from fisk_sm.machine.evaluator import Fire, LoopMachine, Step, build_machine
 from fisk_sm.machine.guards import GUARDS, terminal_message
 from fisk_sm.machine.table import load_table
-from fisk_sm.model.anthropic import ModelClient
-from fisk_sm.operator.prompter import Prompter
-from fisk_sm.tools.base import Tool
 
 __all__ = ["Run", "RunFinished", "SyncRun", "loop_machine"]
 
@@ -70,30 +68,28 @@ class Run:
         cls,
         config: AgentConfig,
         prompt: str,
+        options: RunOptions | None = None,
         *,
-        model: ModelClient | None = None,
-        tools: Iterable[Tool] = (),
-        journal: Journal | None = None,
-        events: Events | None = None,
         run_id: str | None = None,
-        should_suspend: Callable[[], bool] | None = None,
-        prompter: Prompter | None = None,
     ) -> Run:
-        """A new run of `config` on `prompt`; infrastructure not given is built from config.
-
-        `prompter` answers the confirm gate and the ask_human_* tools (default: nobody, so
-        gated tools are denied).
-        """
-        harness = Harness.build(
-            config,
-            model=model,
-            tools=tools,
-            journal=journal,
-            events=events,
-            should_suspend=should_suspend,
-            prompter=prompter,
-        )
+        """A new run of `config` on `prompt`; what `options` leaves out is built from config."""
+        harness = Harness.build(config, options)
         return cls(RunData.begin(run_id or new_run_id(), prompt), harness)
+
+    async def aclose(self) -> None:
+        """Release what the run holds: its journal (a session's lock and file) and, if the
+        harness built the model, its share of the SDK client; idempotent.
+
+        The run's data stays readable (`snapshot()`, `answer()`); a closed file journal takes
+        no more records.
+        """
+        await self.harness.aclose()
+
+    async def __aenter__(self) -> Run:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
 
     @property
     def budget(self) -> Budget:
@@ -130,26 +126,28 @@ class Run:
             data = self.data
             await harness.journal.append(Meta.new(data.run_id, fingerprint(harness), data.prompt))
             self._seq = 1
-        harness.events.emit(
-            RunStarted(
-                self.data.run_id,
-                harness.config.llm.model,
-                tuple(harness.tools.tools),
-                harness.config.llm.thinking.enabled,
-                self.resumed,
-            )
+        run_id = self.data.run_id
+        started = RunStarted(
+            run_id=run_id,
+            model=harness.config.llm.model,
+            tools=tuple(harness.tools.tools),
+            thinking=harness.config.llm.thinking.enabled,
+            resumed=self.resumed,
         )
+        harness.events.emit(started)
         for kind, name, detail in harness.warnings:
-            harness.events.emit(WarningRaised(self.data.run_id, kind, name, detail))
-        HOOKS["state_entered"](self)
+            warning = WarningRaised(run_id=run_id, warning=kind, name=name, detail=detail)
+            harness.events.emit(warning)
+        self.machine.enter(self)  # the state it starts or resumes in has its entry hooks too
 
     async def step(self) -> Step:
-        """Exactly one transition: the state's action, then its trigger; returns what it did."""
+        """Exactly one transition: the state's action, then its trigger. Returns what it did:
+        the exit taken, its guard, and the guards of the exits tried before it."""
         source = self.state
-        await self._advance()
-        return Step(source, self.machine.triggers[source], self.state)
+        fire = await self._advance()
+        return self.machine.describe(source, fire)
 
-    async def _advance(self) -> None:
+    async def _advance(self) -> Fire:
         machine = self.machine
         action = machine.actions.get(self.state)
         if action is None:
@@ -157,10 +155,11 @@ class Run:
         if self._started_at is None:
             await self._begin()
         await ACTIONS[action](self)
-        machine.fire(self)
+        fire = machine.fire(self)
         if self.state in machine.terminal:
-            terminal = Terminal(self.next_seq(), self.state, self.outcome)
+            terminal = Terminal(seq=self.next_seq(), reason=self.state, message=self.outcome)
             await self.harness.journal.append(terminal)
+        return fire
 
     async def run(self) -> str:
         """Step until a terminal state; returns its name."""
@@ -188,8 +187,16 @@ class Run:
     def restore(cls, snapshot: Snapshot, harness: Harness) -> Run:
         """A run continuing from `snapshot` on freshly built infrastructure.
 
-        The harness's journal is either the run's own journal, written up to `snapshot.seq`,
-        or an empty one, which then records the run from this point on (its meta first).
+        Build the harness from the same config the run was started with::
+
+            harness = Harness.build(config, RunOptions(tools=[...], events=..., prompter=...))
+            run = Run.restore(Snapshot.from_json(text), harness)
+
+        The harness's journal is either the run's own journal, written up to `snapshot.seq`
+        (`RunOptions(journal=await FileStore(dir).open_async(run_id))`), or an empty one (the
+        default, an in-memory journal), which then records the run from this point on, its meta
+        first. To resume a checkpointed session, `resume_session` does all of this for you and
+        checks the fingerprint too.
         """
         written = harness.journal.last_seq
         if written not in (0, snapshot.seq):
@@ -201,7 +208,7 @@ class Run:
 
     def answer(self) -> str:
         """The final answer's text (empty unless completed)."""
-        return self.data.answer() if self.state == "completed" else ""
+        return self.data.answer() if self.state == States.COMPLETED else ""
 
     def sync(self) -> SyncRun:
         """A blocking facade for a plain debugger prompt."""

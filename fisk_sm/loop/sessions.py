@@ -1,28 +1,29 @@
 """Checkpointed runs: start a session in a store, or resume one through the resume gate.
 
 A session's journal lives in a `FileStore`. Starting one writes the meta record (with the resume
-fingerprint) before anything else. Resuming one loads the journal without a lock, refuses a
-completed session, a provider change or (without `force`) any drift of the configuration, then
-opens the journal (taking the lock, truncating a torn last line), folds it and continues from the
-folded state. A fixed reminder is added to the system prompt of a resumed run; it is not part of
-the fingerprint.
+fingerprint) before anything else. Resuming one opens the journal (taking the lock, truncating a
+torn last line), folds it, refuses a completed session, a provider change or (without `force`)
+any drift of the configuration, and continues from the folded state. A fixed reminder is added
+to the system prompt of a resumed run; it is not part of the fingerprint.
+
+Both are coroutines because a supervisor calls them on the event loop that drives its other
+runs: the SDK's import and client, the lock, the file, its fsyncs and the fold all happen in
+worker threads, never on the loop.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import asyncio
 
 from fisk_sm.config.agent import AgentConfig
-from fisk_sm.events.types import Events, RunResumed
-from fisk_sm.journal.filestore import FileStore, fold_journal
+from fisk_sm.events.types import RunResumed
+from fisk_sm.journal.filestore import FileJournal, FileStore, fold_journal
 from fisk_sm.journal.records import Meta
 from fisk_sm.journal.snapshot import RunData
 from fisk_sm.loop.fingerprint import check_resume, fingerprint
-from fisk_sm.loop.harness import Harness
+from fisk_sm.loop.harness import Harness, RunOptions
 from fisk_sm.loop.run import Run, new_run_id
-from fisk_sm.model.anthropic import ModelClient
-from fisk_sm.operator.prompter import Prompter
-from fisk_sm.tools.base import Tool
+from fisk_sm.model.clients import warm_up
 
 __all__ = ["RESUME_REMINDER", "resume_session", "start_session"]
 
@@ -32,64 +33,62 @@ RESUME_REMINDER = (
 )
 
 
-def _harness(
-    config: AgentConfig,
-    model: ModelClient | None,
-    tools: Iterable[Tool],
-    events: Events | None,
-    should_suspend: Callable[[], bool] | None,
-    prompter: Prompter | None,
-) -> Harness:
-    return Harness.build(
-        config,
-        model=model,
-        tools=tools,
-        events=events,
-        should_suspend=should_suspend,
-        prompter=prompter,
+async def _harness(config: AgentConfig, options: RunOptions | None) -> Harness:
+    options = options or RunOptions()
+    if options.journal is not None:
+        raise ValueError("a session's journal is its file in the store: leave options.journal out")
+    if options.model is None:
+        await warm_up(config.llm)  # so building the model below finds its client ready
+    return Harness.build(config, options)
+
+
+def _use(harness: Harness, journal: FileJournal) -> None:
+    """Make `journal` the harness's; a `retry` tool's intent record then needs no fsync."""
+    journal.deferred_intents = frozenset(
+        name for name, tool in harness.tools.tools.items() if tool.crash_policy == "retry"
     )
+    harness.journal = journal
 
 
-def start_session(
+async def start_session(
     config: AgentConfig,
     prompt: str,
     store: FileStore,
+    options: RunOptions | None = None,
     *,
     run_id: str | None = None,
-    model: ModelClient | None = None,
-    tools: Iterable[Tool] = (),
-    events: Events | None = None,
-    should_suspend: Callable[[], bool] | None = None,
-    prompter: Prompter | None = None,
 ) -> Run:
     """Create a session in `store` (its meta record is durable on return) and its run."""
-    harness = _harness(config, model, tools, events, should_suspend, prompter)
+    harness = await _harness(config, options)
     run_id = run_id or new_run_id()
-    harness.journal = store.create(Meta.new(run_id, fingerprint(harness), prompt))
+    try:
+        journal = await store.create_async(Meta.new(run_id, fingerprint(harness), prompt))
+    except BaseException:
+        await harness.aclose()
+        raise
+    _use(harness, journal)
     return Run(RunData.begin(run_id, prompt), harness, seq=1)
 
 
-def resume_session(
+async def resume_session(
     config: AgentConfig,
     run_id: str,
     store: FileStore,
+    options: RunOptions | None = None,
     *,
     force: bool = False,
-    model: ModelClient | None = None,
-    tools: Iterable[Tool] = (),
-    events: Events | None = None,
-    should_suspend: Callable[[], bool] | None = None,
-    prompter: Prompter | None = None,
 ) -> Run:
     """Resume session `run_id`; raises `ResumeRefused` or a journal error if it cannot.
 
     The journal is opened once: the lock is taken, the file parsed (a torn last line is
     truncated) and folded, and only then is the resume gate asked; a refusal releases the lock.
     """
-    harness = _harness(config, model, tools, events, should_suspend, prompter)
-    journal = store.open(run_id)
+    harness = await _harness(config, options)
     try:
-        snapshot = fold_journal(journal.path, journal.records)
+        journal = await store.open_async(run_id)
+        harness.journal = journal  # from here on, closing the harness releases the lock
+        # Folding a long journal takes milliseconds of CPU: a worker thread's, not the loop's.
+        snapshot = await asyncio.to_thread(fold_journal, journal.path, journal.records)
         check_resume(
             run_id,
             snapshot.fingerprint,
@@ -98,9 +97,9 @@ def resume_session(
             force=force,
         )
     except BaseException:
-        journal.close_sync()
+        await harness.aclose()
         raise
-    harness.journal = journal
+    _use(harness, journal)
     harness.context = (*harness.context, {"type": "text", "text": RESUME_REMINDER})
     run = Run.restore(snapshot, harness)
     run.resumed = True

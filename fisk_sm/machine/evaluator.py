@@ -7,114 +7,207 @@ module; none of it does I/O. A step of a run is three moves:
 
 1. the run awaits the *action* of its current state (`fisk_sm.loop.actions`, which does the I/O:
    the model call, a tool, the journal);
-2. the run fires the one *trigger* of that state here; the exits of the state are tried in
-   table order, and the first whose guard holds (`fisk_sm.machine.guards`, pure predicates) wins;
-3. `transitions` sets the new state on the run and runs the *entry hooks* named in the table
-   (`fisk_sm.loop.hooks`), which emit typed events.
+2. the run fires the one *trigger* of that state through `transitions`, which tries the exits of
+   the state in table order; the first whose guard holds (`fisk_sm.machine.guards`, pure
+   predicates registered as the transitions' conditions) wins;
+3. `transitions` sets the new state on the run and runs the destination's `on_enter` callbacks:
+   the *entry hooks* named in the table (`fisk_sm.loop.hooks`), which emit typed events.
 
-One `transitions` Machine, built once from the table, serves every run: runs are never added to
-it as models (that would cost a Machine's worth of bound methods per run and keep every run
-alive). `fire_with_transitions(run)` fires a trigger for a run through `transitions` itself with
-`Event.trigger(run)`, the "unbound model" pattern.
+`transitions` is the only evaluator. One Machine, built once from the table with no model,
+serves every run: a run is handed to `Event.trigger(run, fire)` on each fire (the "unbound
+model" pattern) and is never added to the Machine, so no run costs a Machine's worth of bound
+methods and none is kept alive by it. `transitions` sets `run.state`, which is why a run must be
+a plain object (a slotted attrs class cannot take the attribute).
 
-The hot path, `fire(run)`, evaluates the very same exits from *routes* compiled from the table
-when the machine is built: per source state, an ordered tuple of (guard, unless, destination),
-with guards and entry hooks already resolved to functions. `transitions` spends about 9 µs per
-trigger on machinery we do not use (EventData, queued processing, exit callbacks, debug logging);
-the routes take under 1 µs. A test fires both paths for every state and every combination of
-guard outcomes and checks that they always agree, so the routes cannot drift from the Machine.
+What a fire reports. Each guard is registered as a condition wrapped so that, when
+`transitions` evaluates it, it appends (exit, guard, value) to the `Fire` record passed as the
+trigger's argument; a machine-wide `after_state_change` callback notes the exit taken from
+`EventData.transition`. `Step` is built from that record, so it reports what `transitions` did
+and no guard is ever evaluated a second time.
+
+Speed. Out of the box `transitions` spends about 10 µs per trigger, and the loop fires 7 per
+iteration: most of the engine's cost. Profiled (cProfile; `bench/loop_overhead.py --profile`),
+it is configured thus. The Machine runs with `send_event=True` (callbacks read the run from
+`EventData`), `queued=False` (a fire never nests) and no `prepare`/`before`/`after`,
+`prepare_event`, `finalize_event` or exit callbacks, each of which is one more loop over
+callbacks per transition. `_Machine` and `_State` are `transitions`' own classes with three
+methods made cheaper for this table, which brings a fire to about 7.5 µs: `get_state` looks a
+`str` name up directly (the base class tests for an `Enum` first, five times per fire), and
+`callbacks`, `State.enter` and `State.exit` drop the INFO/DEBUG log call made around every
+callback. What logging remains (DEBUG, in `Transition.execute` and `Event._trigger`) costs a
+cached level check and emits only if an application enables DEBUG for `transitions`: the
+library never configures that logger (the command line sets it to WARNING).
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from enum import Enum
 from typing import Any, Protocol
 
 import attrs
-from transitions import EventData, Machine
+from transitions import Event, EventData, Machine, State
 
-from fisk_sm.machine.table import Table, TableError
+from fisk_sm.machine.table import Table, TableError, TransitionSpec
 
-__all__ = ["LoopMachine", "Route", "Stateful", "Step", "build_machine"]
-
-# transitions logs every transition at INFO; a library must stay quiet.
-logging.getLogger("transitions").setLevel(logging.WARNING)
-
-
-class Stateful(Protocol):
-    """What the machine needs of a run: its current state's name."""
-
-    state: str
-
-
-@attrs.frozen
-class Step:
-    """What one `step()` did: the state it left, the trigger fired and where it arrived."""
-
-    source: str
-    trigger: str
-    destination: str
-
+__all__ = ["Fire", "GuardCheck", "LoopMachine", "Stateful", "Step", "build_machine"]
 
 Predicate = Callable[[Any], bool]
 Hook = Callable[[Any], None]
 
 
-@attrs.frozen
-class Route:
-    """One exit compiled for the hot path: taken when `guard` holds and `unless` does not."""
+class _State(State):
+    """A `transitions` State that runs its callbacks without logging around them."""
 
-    guard: Predicate | None
-    unless: Predicate | None
+    def enter(self, event_data: EventData) -> None:
+        event_data.machine.callbacks(self.on_enter, event_data)
+
+    def exit(self, event_data: EventData) -> None:
+        if self.on_exit:  # the table gives no state exit callbacks
+            event_data.machine.callbacks(self.on_exit, event_data)
+
+
+class _Machine(Machine):
+    """The `transitions` Machine with `str` state lookups and callbacks that do not log."""
+
+    state_cls = _State
+
+    def get_state(self, state: str | Enum) -> State:
+        # one lookup for the str names of this table; the base class tests for an Enum first
+        found = self.states.get(state) if isinstance(state, str) else None
+        return found if found is not None else super().get_state(state)
+
+    def callbacks(self, funcs: Iterable[Any], event_data: EventData) -> None:
+        for func in funcs:
+            self.callback(func, event_data)
+
+
+class Stateful(Protocol):
+    """What the machine needs of a run: its current state's name (which transitions sets)."""
+
+    state: str
+
+
+@attrs.frozen
+class GuardCheck:
+    """One guard `transitions` evaluated while choosing an exit, and what it returned.
+
+    `dest` names the exit (its destination state); `unless` is true for an `unless:` guard,
+    which must be false for the exit to be taken.
+    """
+
     dest: str
-    hooks: tuple[Hook, ...]
+    guard: str
+    value: bool
+    unless: bool = False
+
+    @property
+    def passed(self) -> bool:
+        """Whether this check let its exit through."""
+        return self.value != self.unless
+
+
+@attrs.frozen
+class Step:
+    """What one `step()` did: the state it left, the trigger fired and where it arrived.
+
+    `guard` is the condition of the exit taken, as the table and the diagram write it
+    (`over_budget`, `not x`), or None when it was the state's unguarded "else" exit. `tried`
+    holds the guard checks of the exits tried before it, in the order `transitions` evaluated
+    them; each of those exits failed on its last check.
+    """
+
+    source: str
+    trigger: str
+    destination: str
+    guard: str | None = None
+    tried: tuple[GuardCheck, ...] = ()
+
+
+class Fire:
+    """The record of one trigger, filled in by the callbacks while `transitions` fires it."""
+
+    __slots__ = ("checks", "taken")
+
+    def __init__(self) -> None:
+        self.checks: list[tuple[TransitionSpec, str, bool, bool]] = []
+        self.taken: TransitionSpec | None = None
 
 
 @attrs.frozen
 class LoopMachine:
-    """The table, the shared `transitions` Machine built from it, and the compiled routes."""
+    """The table and the shared `transitions` Machine built from it."""
 
     table: Table
     machine: Machine
     triggers: Mapping[str, str]
     terminal: frozenset[str]
     actions: Mapping[str, str]
-    routes: Mapping[str, tuple[Route, ...]]
+    #: the transitions `Event` each non-terminal state fires, looked up once per fire
+    trigger_events: Mapping[str, Event]
 
-    def fire(self, run: Stateful) -> None:
-        """Fire the trigger of the run's state: the first exit whose guards hold wins, and
-        the destination's entry hooks run."""
-        for route in self.routes[run.state]:
-            if route.guard is not None and not route.guard(run):
-                continue
-            if route.unless is not None and route.unless(run):
-                continue
-            run.state = route.dest
-            for hook in route.hooks:
-                hook(run)
-            return
-        raise TableError(f"no exit of {run.state!r} holds")  # pragma: no cover - last is else
+    def fire(self, run: Stateful) -> Fire:
+        """Fire the trigger of the run's state through `transitions`: the first exit whose
+        guards hold wins and the destination's entry hooks run. Returns what it evaluated."""
+        fire = Fire()
+        if not self.trigger_events[run.state].trigger(run, fire):  # pragma: no cover
+            raise TableError(f"no exit of {run.state!r} holds")  # the table's last exit is else
+        return fire
 
-    def fire_with_transitions(self, run: Stateful) -> Step:
-        """The same transition fired through `transitions` itself (slower; for checking)."""
+    def describe(self, source: str, fire: Fire) -> Step:
+        """The `Step` a fire from `source` took, from the fire's record."""
+        taken = fire.taken
+        if taken is None:  # pragma: no cover - fire() raises first
+            raise TableError(f"no exit of {source!r} was taken")
+        tried = tuple(
+            GuardCheck(dest=spec.dest, guard=guard, value=value, unless=unless)
+            for spec, guard, value, unless in fire.checks
+            if spec is not taken
+        )
+        return Step(
+            source=source,
+            trigger=taken.trigger,
+            destination=taken.dest,
+            guard=taken.condition,
+            tried=tried,
+        )
+
+    def step(self, run: Stateful) -> Step:
+        """Fire the run's trigger and say what it did."""
         source = run.state
-        trigger = self.triggers[source]
-        self.machine.events[trigger].trigger(run)
-        return Step(source, trigger, run.state)
+        return self.describe(source, self.fire(run))
+
+    def enter(self, run: Stateful) -> None:
+        """Run the entry hooks of the run's current state through `transitions`, as on a
+        transition into it: for the state a run starts or resumes in."""
+        state = self.machine.get_state(run.state)
+        state.enter(EventData(state, None, self.machine, run, (), {}))
 
     def is_terminal(self, state: str) -> bool:
         """Whether `state` ends a run."""
         return state in self.terminal
 
 
-def _on_model(fn: Callable[[Any], Any]) -> Callable[[EventData], Any]:
-    # transitions hands callbacks its EventData (send_event=True); ours take the run alone.
-    def call(event: EventData) -> Any:
-        return fn(event.model)
+def _hook(fn: Hook) -> Callable[[EventData], None]:
+    # transitions hands callbacks its EventData (send_event=True); hooks take the run alone.
+    def enter(event: EventData) -> None:
+        fn(event.model)
 
-    call.__name__ = getattr(fn, "__name__", "callback")
-    return call
+    enter.__name__ = getattr(fn, "__name__", "hook")
+    return enter
+
+
+def _condition(
+    fn: Predicate, spec: TransitionSpec, name: str, unless: bool
+) -> Callable[[EventData], bool]:
+    # The check is noted as transitions makes it, on the Fire passed to trigger(run, fire).
+    def check(event: EventData) -> bool:
+        value = bool(fn(event.model))
+        event.args[0].checks.append((spec, name, value, unless))  # type: ignore[index]
+        return value
+
+    check.__name__ = name
+    return check
 
 
 def build_machine(
@@ -125,18 +218,25 @@ def build_machine(
     if missing:
         raise TableError(f"the table names unknown guards or hooks: {', '.join(missing)}")
     states = [
-        {"name": s.name, "on_enter": [_on_model(hooks[h]) for h in s.on_enter], "final": s.terminal}
+        {"name": s.name, "on_enter": [_hook(hooks[h]) for h in s.on_enter], "final": s.terminal}
         for s in table.states
     ]
     transitions = []
     for t in table.transitions:
         spec: dict[str, Any] = {"trigger": t.trigger, "source": t.source, "dest": t.dest}
         if t.guard:
-            spec["conditions"] = [_on_model(guards[t.guard])]
+            spec["conditions"] = [_condition(guards[t.guard], t, t.guard, False)]
         if t.unless:
-            spec["unless"] = [_on_model(guards[t.unless])]
+            spec["unless"] = [_condition(guards[t.unless], t, t.unless, True)]
         transitions.append(spec)
-    machine = Machine(
+    # transitions' own Transition objects, mapped back to the table's exits once built
+    taken: dict[object, TransitionSpec] = {}
+
+    def note_taken(event: EventData) -> None:
+        # runs only after a change of state; EventData.transition is the exit transitions took
+        event.args[0].taken = taken[event.transition]  # type: ignore[index]
+
+    machine = _Machine(
         model=None,
         states=states,
         transitions=transitions,
@@ -144,20 +244,17 @@ def build_machine(
         send_event=True,
         auto_transitions=False,
         ignore_invalid_triggers=False,
+        after_state_change=[note_taken],
     )
     triggers = {s.name: table.trigger_of(s.name) for s in table.states if not s.terminal}
-    actions = {s.name: s.action for s in table.states if s.action}
-    entry = {s.name: tuple(hooks[h] for h in s.on_enter) for s in table.states}
-    routes = {
-        source: tuple(
-            Route(
-                guards[t.guard] if t.guard else None,
-                guards[t.unless] if t.unless else None,
-                t.dest,
-                entry[t.dest],
-            )
-            for t in table.exits(source)
-        )
-        for source in triggers
-    }
-    return LoopMachine(table, machine, triggers, frozenset(table.terminal_states), actions, routes)
+    for source, trigger in triggers.items():
+        built = machine.events[trigger].transitions[source]
+        taken.update(zip(built, table.exits(source), strict=True))
+    return LoopMachine(
+        table=table,
+        machine=machine,
+        triggers=triggers,
+        terminal=frozenset(table.terminal_states),
+        actions={s.name: s.action for s in table.states if s.action},
+        trigger_events={source: machine.events[t] for source, t in triggers.items()},
+    )

@@ -1,8 +1,10 @@
 """Guards: pure predicates over a run, named by `states/agent_loop.yaml`.
 
 Each takes the run (anything with `data`, `budget` and `suspend_requested`) and returns a bool;
-none does I/O or changes anything. `terminal_message` is the matching pure function that says
-why a run ended.
+none does I/O or changes anything. `transitions` evaluates them (`fisk_sm.machine.evaluator`);
+the phase actions that need the same facts call these functions rather than restating them.
+`unusable_turn` and `terminal_message` are the matching pure functions that say why a turn
+cannot be used and why a run ended.
 """
 
 from __future__ import annotations
@@ -10,9 +12,10 @@ from __future__ import annotations
 from typing import Protocol
 
 from fisk_sm.config.agent import Budget
+from fisk_sm.config.states import States
 from fisk_sm.journal.snapshot import RunData
 
-__all__ = ["GUARDS", "Facts", "terminal_message"]
+__all__ = ["GUARDS", "REFUSED", "TRUNCATED", "Facts", "terminal_message", "unusable_turn"]
 
 TRUNCATED = "model reply truncated at the output token limit; the answer is incomplete"
 REFUSED = "model refused to respond"
@@ -49,10 +52,20 @@ def turn_is_final(run: Facts) -> bool:
     return not run.data.pending and run.data.stop_reason != "pause_turn"
 
 
+def unusable_turn(run: Facts) -> str | None:
+    """Why the turn cannot be used: truncated at the output cap, or a final turn that is a
+    refusal; None for a usable turn."""
+    stop = run.data.stop_reason
+    if stop == "max_tokens":
+        return TRUNCATED
+    if stop == "refusal" and turn_is_final(run):
+        return REFUSED
+    return None
+
+
 def turn_unusable(run: Facts) -> bool:
     """Truncated at the output cap, or a final turn that is a refusal."""
-    stop = run.data.stop_reason
-    return stop == "max_tokens" or (stop == "refusal" and turn_is_final(run))
+    return unusable_turn(run) is not None
 
 
 def over_budget(run: Facts) -> bool:
@@ -82,10 +95,10 @@ GUARDS = {
 
 def terminal_message(state: str, data: RunData, budget: Budget) -> str | None:
     """Why a run ended in `state`; None for a final answer or a clean suspend."""
-    if state == "failed":
+    if state == States.FAILED:
         return data.error
-    if state == "budget_exhausted":
+    if state == States.BUDGET_EXHAUSTED:
         return f"token budget ({budget.max_tokens}) exhausted after {data.iteration} iterations"
-    if state == "iterations_exhausted":
+    if state == States.ITERATIONS_EXHAUSTED:
         return f"max iterations ({budget.max_iterations}) reached without a final answer"
     return None

@@ -2,8 +2,10 @@
 
 This module reads the YAML file (its only I/O) and checks that the table is well formed: every
 transition joins known states, each non-terminal state has an action and exactly one trigger,
-and its last exit is unguarded so that some exit always holds. `fisk_sm.machine.evaluator`
-evaluates it.
+and its last exit is unguarded so that some exit always holds. It also checks that the table's
+states are exactly the names code uses (`fisk_sm.config.states`), so that a state renamed
+in the YAML alone is an error naming it, at load, rather than a run that never reaches it.
+`fisk_sm.machine.evaluator` evaluates the table.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from typing import Any
 
 import attrs
 import yaml
+
+from fisk_sm.config.states import STATE_NAMES
 
 __all__ = ["StateSpec", "Table", "TableError", "TransitionSpec", "load_table", "table_path"]
 
@@ -52,13 +56,19 @@ class TransitionSpec:
     unless: str | None = None
 
     @property
+    def condition(self) -> str | None:
+        """The exit's guard as written on the diagram (`g`, `not u`, `g and not u`); None
+        for the unguarded "else" exit."""
+        parts = [self.guard] if self.guard else []
+        if self.unless:
+            parts.append(f"not {self.unless}")
+        return " and ".join(parts) or None
+
+    @property
     def label(self) -> str:
         """The edge label used by the diagrams: `trigger [guard]`."""
-        if self.guard:
-            return f"{self.trigger} [{self.guard}]"
-        if self.unless:
-            return f"{self.trigger} [not {self.unless}]"
-        return self.trigger
+        condition = self.condition
+        return f"{self.trigger} [{condition}]" if condition else self.trigger
 
 
 @attrs.frozen
@@ -147,6 +157,16 @@ def _check(table: Table, source: Path) -> Table:
         problems.append("duplicate state names")
     if table.initial not in names:
         problems.append(f"initial state {table.initial!r} is not a state")
+    problems += [
+        f"state {name!r} is named in code (fisk_sm.config.states) but not in the table"
+        for name in STATE_NAMES
+        if name not in names
+    ]
+    problems += [
+        f"state {name!r} is in the table but not named in code (fisk_sm.config.states)"
+        for name in names
+        if name not in STATE_NAMES
+    ]
     for t in table.transitions:
         for end in (t.source, t.dest):
             if end not in names:

@@ -13,15 +13,15 @@ model (the benchmarks use an in-process one).
 from __future__ import annotations
 
 import asyncio
-import os
 from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
 from fisk_sm.config.agent import LLMConfig
+from fisk_sm.model.clients import ClientShare, acquire, client_key
 from fisk_sm.model.reply import ModelError, one_line, parse_reply
 
-if TYPE_CHECKING:  # the SDK takes a second to import; only a real model call needs it
+if TYPE_CHECKING:  # the SDK is imported when a model is built (`clients.warm_up`: off the loop)
     import anthropic
 
 __all__ = ["AnthropicModel", "ModelClient", "ModelError", "ModelRequest", "build_request"]
@@ -127,27 +127,23 @@ class ModelClient(Protocol):
 
 @attrs.define
 class AnthropicModel:
-    """The real model, through `anthropic.AsyncAnthropic`."""
+    """The real model, through `anthropic.AsyncAnthropic`.
+
+    Its client is taken when the model is built, never inside a run's step: the running loop's
+    shared client for this base URL and key (`fisk_sm.model.clients`), seen through this model's
+    timeout and retries. `aclose()` lets go of it; the last user closes it.
+    """
 
     llm: LLMConfig
     api_key: str | None = None
     max_retries: int = 2
-    _client: anthropic.AsyncAnthropic | None = attrs.field(default=None, init=False)
+    client: anthropic.AsyncAnthropic = attrs.field(init=False, repr=False)
+    _share: ClientShare = attrs.field(init=False, repr=False)
 
-    @property
-    def client(self) -> anthropic.AsyncAnthropic:
-        """The SDK client, made on first use (so building a run needs no API key)."""
-        if self._client is None:
-            import anthropic
-
-            key = self.api_key or os.environ.get("ANTHROPIC_API_KEY") or "unset"
-            self._client = anthropic.AsyncAnthropic(
-                api_key=key,
-                base_url=self.llm.base_url,
-                timeout=self.llm.budget.call_timeout,
-                max_retries=self.max_retries,
-            )
-        return self._client
+    def __attrs_post_init__(self) -> None:
+        options = (self.llm.budget.call_timeout, self.max_retries)
+        self._share = acquire(client_key(self.llm.base_url, self.api_key), options)
+        self.client = self._share.client
 
     async def create(self, request: ModelRequest) -> dict[str, Any]:
         """One call; every failure becomes a `ModelError` naming what went wrong in one line."""
@@ -170,9 +166,8 @@ class AnthropicModel:
         return parse_reply(body)
 
     async def aclose(self) -> None:
-        """Close the HTTP connections."""
-        if self._client is not None:
-            await self._client.close()
+        """Let go of the client (closed once no other model on this loop uses it); idempotent."""
+        await self._share.release()
 
 
 def _reason(exc: anthropic.APIStatusError) -> str:

@@ -1,0 +1,41 @@
+"""The names of the loop's states: the one place code spells them.
+
+`states/agent_loop.yaml` is the machine; this module only lists its state names for the code that
+has to name a state (the fold's resume state, the terminal messages, the command line's exit
+code). `fisk_sm.machine.table` checks, whenever it loads the table, that `STATE_NAMES` are
+exactly the states of the table, so renaming a state in the YAML alone fails at load with an
+error naming it.
+
+The names are plain `str`s, not an `Enum`: `transitions` reads an Enum-typed state by its member
+name, and a run's state must compare, hash and print as the YAML spells it. This module sits in
+the bottom layer because the journal (below the machine) names states too.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = ["STATE_NAMES", "States"]
+
+
+class States:
+    """Every state of the loop table, by name (a namespace; not instantiated)."""
+
+    SUSPEND_CHECK: Final = "suspend_check"
+    CALL: Final = "call"
+    JOURNAL: Final = "journal"
+    DECIDE: Final = "decide"
+    BUDGET_CHECK: Final = "budget_check"
+    EXECUTE: Final = "execute"
+    FEED_BACK: Final = "feed_back"
+    COMPLETED: Final = "completed"
+    SUSPENDED: Final = "suspended"
+    BUDGET_EXHAUSTED: Final = "budget_exhausted"
+    ITERATIONS_EXHAUSTED: Final = "iterations_exhausted"
+    FAILED: Final = "failed"
+
+
+#: Every state name code knows, in the order `States` lists them.
+STATE_NAMES: Final[tuple[str, ...]] = tuple(
+    value for key, value in vars(States).items() if key.isupper()
+)

@@ -1,0 +1,176 @@
+"""An open session journal: the append contract on a JSON Lines file, durable before it returns.
+
+`await journal.append(record)` hands the line to the process's group-commit writer
+(`fisk_sm.journal.writer`) and resolves once the writer has written and fsynced it, so the event
+loop never waits for the disk while the run still moves on only with its record durable.
+`append_sync` does the same write and fsync on the calling thread, for synchronous users (a
+fork, a tool that builds a session by hand). The journal holds the session's lock until closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+from pathlib import Path
+
+import attrs
+
+from fisk_sm.config.errors import one_line
+from fisk_sm.journal.base import JournalError, check_append
+from fisk_sm.journal.records import Record, ToolStarted, encode
+from fisk_sm.journal.writer import Channel, shared_writer
+
+__all__ = ["FileJournal", "JournalIOError"]
+
+
+class JournalIOError(JournalError):
+    """The disk failed us (full, read-only, permissions): not bad input, and the journal is
+    intact up to its last durable record."""
+
+
+def _line(record: Record) -> bytes:
+    return (encode(record) + "\n").encode()
+
+
+@attrs.define(eq=False)
+class FileJournal:
+    """An open session journal: appends are durable (fsync) before they return.
+
+    It holds the session lock until closed. `records` are the records the journal held when it
+    was handed out (read at open, or the meta at create); appends do not extend it.
+
+    `deferred_intents` names tools whose `tool_started` intent needs no fsync of its own (the
+    `retry` tools: should a crash of the machine lose the intent, resume runs the tool again,
+    which is what `retry` does anyway). Such an intent counts as written once it is in the file;
+    the fsync of the tool's result, the next record, makes both durable.
+    """
+
+    path: Path
+    _fd: int = attrs.field(repr=False)
+    _lock_fd: int = attrs.field(repr=False)
+    records: list[Record]
+    _last_seq: int = 0
+    deferred_intents: frozenset[str] = frozenset()
+    _broken: bool = False
+    _closed: bool = False
+    #: The highest seq handed to the writer; ahead of `_last_seq` while an append is in flight.
+    _queued_seq: int = attrs.field(init=False)
+    _inflight: asyncio.Future[None] | None = attrs.field(default=None, init=False, repr=False)
+    _channel: Channel = attrs.field(init=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._queued_seq = self._last_seq
+        self._channel = Channel(self._fd)
+
+    @property
+    def last_seq(self) -> int:
+        """The seq of the last record known durable (0 when empty)."""
+        return self._last_seq
+
+    def _check_usable(self) -> None:
+        if self._closed or self._broken:
+            why = "closed" if self._closed else "broken by a failed write; reopen it"
+            raise JournalError(f"{self.path}: journal is {why}")
+
+    def _must_write(self, last_seq: int, record: Record) -> bool:
+        try:
+            return check_append(last_seq, record)
+        except JournalError as exc:
+            raise JournalError(f"{self.path}: {exc}") from None
+
+    def _failed(self, record: Record, exc: OSError) -> JournalIOError:
+        self._broken = True
+        why = one_line(exc.strerror or exc)
+        return JournalIOError(f"{self.path}: append of seq {record.seq} failed: {why}")
+
+    def append_sync(self, record: Record) -> None:
+        """Append under the append contract: write one line, fsync, then advance `last_seq`.
+
+        It blocks the calling thread for the fsync; an event loop uses `append`. After a failed
+        write the journal refuses further appends (the file's tail is unknown); reopen the
+        session, which truncates a torn line.
+        """
+        self._check_usable()
+        if self._queued_seq != self._last_seq:
+            raise JournalError(f"{self.path}: append_sync while an async append is in flight")
+        if not self._must_write(self._last_seq, record):
+            return
+        view = memoryview(_line(record))
+        try:
+            while view:
+                view = view[os.write(self._fd, view) :]
+            os.fsync(self._fd)
+        except OSError as exc:
+            raise self._failed(record, exc) from exc
+        self._last_seq = self._queued_seq = record.seq
+
+    async def append(self, record: Record) -> None:
+        """The `Journal` protocol's append: returns once the record is durable.
+
+        The write and the fsync happen on the group-commit writer's threads, never on the event
+        loop. A cancelled append still completes in the background, and the journal learns its
+        outcome: a replay of the same seq then waits for it instead of writing it twice.
+        """
+        self._check_usable()
+        if not self._must_write(self._queued_seq, record):
+            if record.seq > self._last_seq and self._inflight is not None:
+                await self._wait(record, self._inflight)  # a replay of the append in flight
+            return
+        sync = not (isinstance(record, ToolStarted) and record.name in self.deferred_intents)
+        future = shared_writer().submit(self._channel, _line(record), sync=sync)
+        self._queued_seq = record.seq
+        self._inflight = future
+        future.add_done_callback(functools.partial(self._committed, record.seq))
+        await self._wait(record, future)
+
+    def _committed(self, seq: int, future: asyncio.Future[None]) -> None:
+        # Runs on the loop whatever became of the awaiting task, so `last_seq` and `_broken`
+        # always match the file.
+        if not future.cancelled() and future.exception() is None:
+            self._last_seq = max(self._last_seq, seq)
+        else:
+            self._broken = True
+
+    async def _wait(self, record: Record, future: asyncio.Future[None]) -> None:
+        try:
+            await asyncio.shield(future)  # cancelling the run must not cancel the commit
+        except OSError as exc:
+            raise self._failed(record, exc) from exc
+
+    def _release(self) -> None:
+        try:
+            os.close(self._fd)
+        finally:
+            os.close(self._lock_fd)
+
+    def close_sync(self) -> None:
+        """Close the journal and release the lock; idempotent.
+
+        If an append is still being committed (its run was cancelled), this waits for it.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        pending = shared_writer().after_pending(self._channel, self._release)
+        if pending is None:
+            self._release()
+        else:
+            pending.result()
+
+    async def close(self) -> None:
+        """The `Journal` protocol's close: release the file and the lock; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        pending = shared_writer().after_pending(self._channel, self._release)
+        if pending is None:
+            self._release()  # two close(2) calls: nothing to wait for
+        else:
+            await asyncio.wrap_future(pending)
+
+    def __enter__(self) -> FileJournal:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close_sync()
