@@ -21,18 +21,23 @@ __all__ = ["STATE_NAMES", "States"]
 class States:
     """Every state of the loop table, by name (a namespace; not instantiated)."""
 
+    # the boundary and the model call
     SUSPEND_CHECK: Final = "suspend_check"
     CALL: Final = "call"
     JOURNAL: Final = "journal"
+    # the turn's verdict
     DECIDE: Final = "decide"
     BUDGET_CHECK: Final = "budget_check"
+    # its tools
     EXECUTE: Final = "execute"
     FEED_BACK: Final = "feed_back"
+    # the ends: a run stopped here can only be resumed (suspended) or inspected
     COMPLETED: Final = "completed"
     SUSPENDED: Final = "suspended"
+    FAILED: Final = "failed"
+    # the budgets
     BUDGET_EXHAUSTED: Final = "budget_exhausted"
     ITERATIONS_EXHAUSTED: Final = "iterations_exhausted"
-    FAILED: Final = "failed"
 
 
 #: Every state name code knows, in the order `States` lists them.

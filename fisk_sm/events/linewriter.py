@@ -14,11 +14,12 @@ dropped (the stream's state is unknown); the sink reports the error when it is c
 from __future__ import annotations
 
 import atexit
-import os
 import threading
 from typing import TextIO
 
 import attrs
+
+from fisk_sm.events.threads import Batches, PerProcess
 
 __all__ = ["Lane", "LineWriter", "shared_line_writer"]
 
@@ -44,36 +45,30 @@ class LineWriter:
     """A daemon thread writing queued lines; see the module docstring."""
 
     def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._queue: list[tuple[Lane, str] | threading.Event] = []
+        self._batches: Batches[tuple[Lane, str] | threading.Event] = Batches()
         self._thread: threading.Thread | None = None
 
     def put(self, lane: Lane, text: str) -> None:
         """Queue `text` for `lane`'s stream; returns at once."""
-        with self._cond:
+        with self._batches.cond:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._serve, name="fisk-lines", daemon=True)
                 self._thread.start()
                 atexit.register(self.drain, 5.0)  # daemon threads die at exit: finish first
-            self._queue.append((lane, text))
-            self._cond.notify()
+            self._batches.put_locked((lane, text))
 
     def drain(self, timeout: float | None = None) -> bool:
         """Wait until every line queued so far is written and flushed; False on a timeout."""
         written = threading.Event()
-        with self._cond:
+        with self._batches.cond:
             if self._thread is None:
                 return True
-            self._queue.append(written)
-            self._cond.notify()
+            self._batches.put_locked(written)
         return written.wait(timeout)
 
     def _serve(self) -> None:
         while True:
-            with self._cond:
-                while not self._queue:
-                    self._cond.wait()
-                batch, self._queue = self._queue, []
+            batch = self._batches.take()
             touched: dict[Lane, None] = {}  # an ordered set
             for item in batch:
                 if isinstance(item, threading.Event):
@@ -92,23 +87,9 @@ class LineWriter:
             _flush(touched)
 
 
-_shared: LineWriter | None = None
-_shared_lock = threading.Lock()
+_SHARED = PerProcess(LineWriter)
 
 
 def shared_line_writer() -> LineWriter:
-    """The process's line writer (its thread starts with the first line)."""
-    global _shared
-    with _shared_lock:
-        if _shared is None:
-            _shared = LineWriter()
-        return _shared
-
-
-def _forget_after_fork() -> None:
-    # A forked child has none of the parent's threads: it starts a writer of its own.
-    global _shared, _shared_lock
-    _shared, _shared_lock = None, threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_after_fork)
+    """The process's writer (its thread starts with the first write)."""
+    return _SHARED.get()

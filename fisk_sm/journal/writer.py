@@ -29,6 +29,8 @@ from collections.abc import Callable
 
 import attrs
 
+from fisk_sm.events.threads import Batches, PerProcess
+
 __all__ = ["FSYNC_THREADS", "Channel", "GroupCommitWriter", "shared_writer"]
 
 #: Helper threads for the fsyncs of one batch (more did not help in the measurement above).
@@ -92,8 +94,7 @@ class GroupCommitWriter:
     """A daemon thread that commits queued appends in batches; see the module docstring."""
 
     def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._queue: list[_Append | _After] = []
+        self._batches: Batches[_Append | _After] = Batches()
         self._thread: threading.Thread | None = None
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
 
@@ -106,11 +107,10 @@ class GroupCommitWriter:
         """
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
-        with self._cond:
+        with self._batches.cond:
             self._start()
             channel.queued += 1
-            self._queue.append(_Append(channel, data, sync, loop, future))
-            self._cond.notify()
+            self._batches.put_locked(_Append(channel, data, sync, loop, future))
         return future
 
     def after_pending(
@@ -121,12 +121,11 @@ class GroupCommitWriter:
         Returns None when nothing is queued for `channel` (the caller runs `work` itself, at
         once); otherwise a future that resolves when the writer thread has run it.
         """
-        with self._cond:
+        with self._batches.cond:
             if channel.queued == 0:
                 return None
             done: concurrent.futures.Future[None] = concurrent.futures.Future()
-            self._queue.append(_After(channel, work, done))
-            self._cond.notify()
+            self._batches.put_locked(_After(channel, work, done))
             return done
 
     def _start(self) -> None:
@@ -136,10 +135,7 @@ class GroupCommitWriter:
 
     def _serve(self) -> None:
         while True:
-            with self._cond:
-                while not self._queue:
-                    self._cond.wait()
-                batch, self._queue = self._queue, []
+            batch = self._batches.take()
             try:
                 self._commit(batch)
             except Exception as exc:  # a bug here must fail the appends, never hang their runs
@@ -172,7 +168,7 @@ class GroupCommitWriter:
         by_loop = {}
         for item in appends:
             by_loop.setdefault(item.loop, []).append((item.future, item.channel.failure))
-        with self._cond:
+        with self._batches.cond:
             for item in appends:
                 item.channel.queued -= 1
         for loop, outcomes in by_loop.items():
@@ -195,23 +191,9 @@ class GroupCommitWriter:
         return self._pool
 
 
-_shared: GroupCommitWriter | None = None
-_shared_lock = threading.Lock()
+_SHARED = PerProcess(GroupCommitWriter)
 
 
 def shared_writer() -> GroupCommitWriter:
-    """The process's writer (its thread starts with the first append)."""
-    global _shared
-    with _shared_lock:
-        if _shared is None:
-            _shared = GroupCommitWriter()
-        return _shared
-
-
-def _forget_after_fork() -> None:
-    # A forked child has none of the parent's threads: it starts a writer of its own.
-    global _shared, _shared_lock
-    _shared, _shared_lock = None, threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_after_fork)
+    """The process's writer (its thread starts with the first write)."""
+    return _SHARED.get()
