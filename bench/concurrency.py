@@ -153,7 +153,11 @@ class Ticker:
 def stall(samples: list[float]) -> str:
     if not samples:
         return "no samples"
-    p99 = statistics.quantiles(samples, n=100)[98] if len(samples) > 1 else samples[0]
+    p99 = (
+        statistics.quantiles(samples, n=100, method="inclusive")[98]
+        if len(samples) > 1
+        else samples[0]
+    )
     return f"max {max(samples) * 1e3:6.1f} ms, p99 {p99 * 1e3:5.1f} ms ({len(samples)} ticks)"
 
 
