@@ -41,7 +41,7 @@ def probe_machine(path: Path | None = None) -> LoopMachine:
         return ask
 
     def hook(name: str) -> Any:
-        return lambda run: run.entered.append(f"{name}:{run.state}")
+        return lambda run, fire: run.entered.append(f"{name}:{run.state}")
 
     return build_machine(
         table, {n: guard(n) for n in table.guard_names}, {h: hook(h) for h in HOOKS}

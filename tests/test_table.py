@@ -14,6 +14,7 @@ from fisk_sm.config.states import STATE_NAMES
 from fisk_sm.loop.actions import ACTIONS
 from fisk_sm.loop.hooks import HOOKS
 from fisk_sm.loop.run import loop_machine
+from fisk_sm.machine.diagram import exit_label
 from fisk_sm.machine.evaluator import build_machine
 from fisk_sm.machine.guards import GUARDS
 from fisk_sm.machine.table import Table, TableError, load_table
@@ -98,7 +99,18 @@ def test_every_transition_of_the_table_is_an_edge_of_the_diagram() -> None:
     table: Table = load_table()
     mermaid = (ROOT / "diagrams" / "agent_loop.mmd").read_text()
     for t in table.transitions:
-        assert f"{t.source} --> {t.dest} : {t.label}" in mermaid
+        assert f"{t.source} --> {t.dest} : {exit_label(table, t)}" in mermaid
+
+
+def test_exits_are_labelled_in_the_order_they_are_tried_the_fallback_as_else() -> None:
+    table = load_table()
+    labels = [exit_label(table, t) for t in table.exits("suspend_check")]
+    assert labels == [
+        "1. boundary [iteration_cap_reached]",
+        "2. boundary [suspend_requested]",
+        "3. boundary [else]",
+    ]
+    assert [exit_label(table, t) for t in table.exits("journal")] == ["journaled"]
 
 
 def test_a_state_renamed_in_the_table_alone_is_an_error_naming_it(tmp_path: Path) -> None:

@@ -16,13 +16,16 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from fisk_sm.cli.info import cmd_info
-from fisk_sm.cli.run import DEFAULT_PROMPT, EXIT_IO, UsageError, cmd_run
-from fisk_sm.cli.session import cmd_session
+from fisk_sm.cli.report import add_report_parser, cmd_report
+from fisk_sm.cli.run import EXIT_IO, UsageError, add_run_arguments, cmd_run
+from fisk_sm.cli.session import cmd_session, session_paths
+from fisk_sm.cli.step import HELP as STEP_HELP
+from fisk_sm.cli.step import cmd_step
 from fisk_sm.config.agent import ConfigError
 from fisk_sm.journal.base import JournalError
 from fisk_sm.journal.filestore import JournalIOError
 from fisk_sm.loop.fingerprint import ResumeRefused
-from fisk_sm.machine.diagram import FORMATS, DiagramError, render
+from fisk_sm.machine.diagram import FORMATS, DiagramError, draw
 from fisk_sm.machine.table import TableError, load_table
 from fisk_sm.operator.sanitize import say
 from fisk_sm.testing import ScriptError, serve
@@ -61,25 +64,21 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run the agent in agent.yaml on PROMPT. The final answer alone goes to"
         " stdout; tool calls, warnings and the summary go to stderr.",
     )
-    run.add_argument("-c", "--config", required=True, type=Path, help="the agent.yaml to run")
+    add_run_arguments(run)
     run.add_argument("--trace", action="store_true", help="show every state entered on stderr")
     run.add_argument(
         "--events", type=Path, metavar="FILE", help="also write every event as JSON Lines to FILE"
     )
-    run.add_argument(
-        "--checkpoint",
-        action="store_true",
-        help="journal the run as a session (printed at start) so that it can be resumed",
+
+    step = sub.add_parser(
+        "step",
+        help="step a run interactively, a transition at a time",
+        description="Build the run as `run` does (a new run, --checkpoint, --resume ID, ...) and"
+        " step it: each stop shows the conversation's tail and what the next step will do.",
+        epilog="commands:\n" + STEP_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    run.add_argument("--name", metavar="ID", help="the session id (with --checkpoint)")
-    run.add_argument("--resume", metavar="ID", help="resume session ID (takes no prompt)")
-    run.add_argument(
-        "--force",
-        action="store_true",
-        help="with --resume: continue even though the configuration changed (not the provider)",
-    )
-    run.add_argument("--state-dir", type=Path, help="the sessions directory (default: XDG state)")
-    run.add_argument("prompt", nargs="*", help=f"the prompt (default: {DEFAULT_PROMPT!r})")
+    add_run_arguments(step)
 
     session = sub.add_parser(
         "session",
@@ -120,11 +119,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     diagram = sub.add_parser(
         "diagram",
-        help="draw the loop's state machine",
-        description="Render states/agent_loop.yaml as a diagram (to stdout unless -o).",
+        help="draw the loop's state machine, or the path a session took through it",
+        description="Render states/agent_loop.yaml as a diagram (to stdout unless -o). With"
+        " --session, draw the path that session took, derived from its journal: visited states"
+        " filled, each fired exit with how often it fired, the current or final state marked;"
+        " --compare adds a second session (counts A/B, states only one visited coloured).",
     )
     diagram.add_argument("--format", choices=FORMATS, default="mermaid", help="default: mermaid")
     diagram.add_argument("-o", "--output", type=Path, help="write to this file")
+    diagram.add_argument("--session", metavar="ID", help="draw this session's path")
+    diagram.add_argument("--compare", metavar="ID2", help="with --session: and this one's")
+    diagram.add_argument("--state-dir", type=Path, help="the sessions directory")
+    diagram.add_argument("-c", "--config", type=Path, help="take the directory from agent.yaml")
+    add_report_parser(sub)
 
     fake = sub.add_parser(
         "fake-api",
@@ -139,12 +146,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_diagram(args: argparse.Namespace) -> int:
-    """`fisk-sm diagram`."""
-    text = render(load_table(), args.format)
+    """`fisk-sm diagram [--session ID [--compare ID2]]`."""
+    if args.compare and not args.session:
+        raise UsageError("--compare needs --session")
+    ids = [i for i in (args.session, args.compare) if i]
+    paths = session_paths(args.state_dir, args.config, ids) if ids else []
+    data = draw(load_table(), args.format, paths)
     if args.output:
-        args.output.write_text(text, encoding="utf-8")
+        args.output.write_bytes(data)
+    elif args.format == "png":
+        sys.stdout.flush()
+        sys.stdout.buffer.write(data)
     else:
-        sys.stdout.write(text)
+        sys.stdout.write(data.decode("utf-8"))
     return 0
 
 
@@ -156,8 +170,10 @@ def cmd_fake_api(args: argparse.Namespace) -> int:
 COMMANDS = {
     "run": cmd_run,
     "session": cmd_session,
+    "step": cmd_step,
     "info": cmd_info,
     "diagram": cmd_diagram,
+    "report": cmd_report,
     "fake-api": cmd_fake_api,
 }
 

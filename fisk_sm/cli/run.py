@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import signal
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TextIO
 
@@ -25,6 +27,7 @@ from fisk_sm.events.types import Events, Fanout
 from fisk_sm.journal import failpoint
 from fisk_sm.journal.filestore import FileStore, JournalIOError, check_run_id, default_directory
 from fisk_sm.loop.harness import Harness, NoModel, RunOptions
+from fisk_sm.loop.replay import replay
 from fisk_sm.loop.run import Run
 from fisk_sm.loop.sessions import resume_session, start_session
 from fisk_sm.model.clients import warm_up
@@ -32,7 +35,19 @@ from fisk_sm.operator.prompter import TerminalPrompter
 from fisk_sm.operator.sanitize import say
 from fisk_sm.tools.base import Tool
 
-__all__ = ["EXIT_ABORTED", "EXIT_IO", "UsageError", "cmd_run", "store_for"]
+__all__ = [
+    "EXIT_ABORTED",
+    "EXIT_IO",
+    "UsageError",
+    "add_run_arguments",
+    "build_run",
+    "check_flags",
+    "cmd_run",
+    "opened_run",
+    "replay_run",
+    "resume_hint",
+    "store_for",
+]
 
 DEFAULT_PROMPT = "assist the user"
 EXIT_ABORTED = 130
@@ -50,7 +65,42 @@ def store_for(state_dir: Path | None, config: AgentConfig | None) -> FileStore:
     return FileStore(state_dir or configured or default_directory())
 
 
-def _check_flags(args: argparse.Namespace) -> None:
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of the commands that drive a run (`run`, `step`): the agent, the prompt, and
+    how the run is built (`build_run`): new, checkpointed, resumed or replayed."""
+    parser.add_argument("-c", "--config", required=True, type=Path, help="the agent.yaml to run")
+    parser.add_argument(
+        "--checkpoint",
+        action="store_true",
+        help="journal the run as a session (printed at start) so that it can be resumed",
+    )
+    parser.add_argument("--name", metavar="ID", help="the session id (with --checkpoint)")
+    parser.add_argument("--resume", metavar="ID", help="resume session ID (takes no prompt)")
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="with --resume: continue even though the configuration changed (not the provider)",
+    )
+    parser.add_argument(
+        "--replay",
+        metavar="ID",
+        help="run session ID again from its journal, without calling the model (takes no prompt)",
+    )
+    parser.add_argument(
+        "--replay-tools",
+        choices=("recorded", "live"),
+        help="with --replay: answer the tools from the journal (recorded, the default)"
+        " or run them again (live)",
+    )
+    parser.add_argument(
+        "--state-dir", type=Path, help="the sessions directory (default: XDG state)"
+    )
+    parser.add_argument("prompt", nargs="*", help=f"the prompt (default: {DEFAULT_PROMPT!r})")
+
+
+def check_flags(args: argparse.Namespace) -> None:
+    """Refuse flags that do not go together (`UsageError`)."""
+    _check_replay_flags(args)
     if args.resume and args.prompt:
         raise UsageError("--resume continues a session; it takes no prompt")
     if args.resume and args.checkpoint:
@@ -63,13 +113,43 @@ def _check_flags(args: argparse.Namespace) -> None:
         check_run_id(args.name)  # an empty or bad name is refused, never replaced
     if args.force and not args.resume:
         raise UsageError("--force needs --resume")
-    if args.state_dir and not (args.checkpoint or args.resume):
-        raise UsageError("--state-dir needs --checkpoint or --resume")
+    if args.state_dir and not (args.checkpoint or args.resume or args.replay):
+        raise UsageError("--state-dir needs --checkpoint, --resume or --replay")
+
+
+def _check_replay_flags(args: argparse.Namespace) -> None:
+    if args.replay_tools is not None and not args.replay:
+        raise UsageError("--replay-tools needs --replay")
+    if not args.replay:
+        return
+    check_run_id(args.replay)
+    if args.prompt:
+        raise UsageError("--replay runs the recorded prompt; it takes no prompt")
+    for flag, given in (
+        ("--resume", args.resume),
+        ("--checkpoint", args.checkpoint),
+        ("--force", args.force),
+    ):
+        if given:
+            raise UsageError(f"--replay and {flag} cannot be combined")
+
+
+async def replay_run(
+    args: argparse.Namespace, config: AgentConfig, options: RunOptions | None = None
+) -> Run:
+    """The run that replays session `args.replay` of the store (`--state-dir`, else the
+    config's): the recorded replies, checked request by request, and the recorded tool results
+    unless `args.replay_tools` is "live". No SDK client is built; the journal is read, never
+    locked or changed, and the replay's own records stay in memory."""
+    store = store_for(args.state_dir, config)
+    records = await asyncio.to_thread(store.load, args.replay)
+    live = getattr(args, "replay_tools", None) == "live"
+    return replay(config, records, options, live_tools=live)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Run, checkpoint or resume an agent."""
-    _check_flags(args)
+    check_flags(args)
     config = load_config(args.config)
     stream: TextIO | None = None
     lines: JsonLinesEvents | None = None
@@ -120,6 +200,17 @@ async def _main(
     args: argparse.Namespace, config: AgentConfig, events: Events, early: _EarlySignals
 ) -> int:
     """Import remote tools (if any), build or resume the run, and drive it."""
+    async with opened_run(args, config, events) as run:
+        return await _drive(run, args, journaled=early.journaled, signals=early.count)
+
+
+@contextlib.asynccontextmanager
+async def opened_run(
+    args: argparse.Namespace, config: AgentConfig, events: Events
+) -> AsyncIterator[Run]:
+    """The run `args` asks for (`build_run`), with config's remote tools connected until the
+    block ends; the commands that drive a run (`run`, `step`) share it. The caller closes the
+    run."""
     prompter = TerminalPrompter()
     remote: list[Tool] = []
     close_remote = None
@@ -131,23 +222,31 @@ async def _main(
         remote, close_remote = await connect_remote_tools(config, local.tools.tools)
     try:
         options = RunOptions(events=events, prompter=prompter, tools=remote)
-        if args.resume:
-            store = store_for(args.state_dir, config)
-            run = await resume_session(config, args.resume, store, options, force=args.force)
-        elif args.checkpoint:
-            prompt = " ".join(args.prompt).strip() or DEFAULT_PROMPT
-            store = store_for(args.state_dir, config)
-            run = await start_session(config, prompt, store, options, run_id=args.name)
-            _say(f"session: {run.data.run_id}")
-        else:
-            prompt = " ".join(args.prompt).strip() or DEFAULT_PROMPT
-            await warm_up(config.llm)  # the SDK's import and client, off the loop
-            run = Run.create(config, prompt, options)
-        run.harness.journal = failpoint.install(run.harness.journal)  # FISK_FAILPOINT
-        return await _drive(run, args, journaled=early.journaled, signals=early.count)
+        yield await build_run(args, config, options)
     finally:
         if close_remote is not None:
             await close_remote()
+
+
+async def build_run(args: argparse.Namespace, config: AgentConfig, options: RunOptions) -> Run:
+    """Build, start or resume the run the flags (`add_run_arguments`) ask for."""
+    if args.replay:
+        run = await replay_run(args, config, options)
+        _say(f"replaying session: {args.replay}")
+    elif args.resume:
+        store = store_for(args.state_dir, config)
+        run = await resume_session(config, args.resume, store, options, force=args.force)
+    elif args.checkpoint:
+        prompt = " ".join(args.prompt).strip() or DEFAULT_PROMPT
+        store = store_for(args.state_dir, config)
+        run = await start_session(config, prompt, store, options, run_id=args.name)
+        _say(f"session: {run.data.run_id}")
+    else:
+        prompt = " ".join(args.prompt).strip() or DEFAULT_PROMPT
+        await warm_up(config.llm)  # the SDK's import and client, off the loop
+        run = Run.create(config, prompt, options)
+    run.harness.journal = failpoint.install(run.harness.journal)  # FISK_FAILPOINT
+    return run
 
 
 def _say(text: str) -> None:
@@ -177,13 +276,13 @@ async def _drive(run: Run, args: argparse.Namespace, *, journaled: bool, signals
         _say(f"fisk-sm: {exc}")
         _say(
             f"the journal is intact up to seq {run.harness.journal.last_seq};"
-            f" once the disk is fixed, {_resume_hint(run, args)}"
+            f" once the disk is fixed, {resume_hint(run, args)}"
         )
         return EXIT_IO
     except asyncio.CancelledError:
         _say("aborted; every completed step is in the journal" if journaled else "aborted")
         if journaled:
-            _say(_resume_hint(run, args))
+            _say(resume_hint(run, args))
         # A tool still running in a worker thread must not hold the exit: the journal is
         # already durable, and the crash policy handles that tool on resume. The event lines
         # queued so far are written first (briefly blocking the loop: it is about to end).
@@ -198,10 +297,11 @@ async def _drive(run: Run, args: argparse.Namespace, *, journaled: bool, signals
             signal.signal(signum, signal.SIG_IGN)
         await run.aclose()  # the session's lock and the model's client
     if state == States.SUSPENDED:
-        _say(f"suspended; {_resume_hint(run, args)}")
+        _say(f"suspended; {resume_hint(run, args)}")
     return 0 if state in (States.COMPLETED, States.SUSPENDED) else 1
 
 
-def _resume_hint(run: Run, args: argparse.Namespace) -> str:
+def resume_hint(run: Run, args: argparse.Namespace) -> str:
+    """How to resume the session of `run`, as a command line."""
     state_dir = f" --state-dir {args.state_dir}" if args.state_dir else ""
     return f"resume with: fisk-sm run -c {args.config}{state_dir} --resume {run.data.run_id}"

@@ -6,13 +6,50 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Sequence
+from pathlib import Path
 
 from fisk_sm.cli.lineui import transcript_lines
 from fisk_sm.cli.run import store_for
 from fisk_sm.config.agent import load_config
+from fisk_sm.journal.filestore import fold_journal
+from fisk_sm.journal.records import Assistant, Record, Terminal, ToolResult, ToolStarted
+from fisk_sm.journal.snapshot import tool_uses
+from fisk_sm.machine.path import SessionPath, session_path
 from fisk_sm.operator.sanitize import sanitize, say, strip_control
 
-__all__ = ["cmd_session"]
+__all__ = ["cmd_session", "record_line", "session_paths", "session_records"]
+
+
+def session_records(state_dir: Path | None, config: Path | None, run_id: str) -> list[Record]:
+    """The journal of session `run_id`, read without locking it from the store that
+    `--state-dir`, else `-c agent.yaml`, else the default names."""
+    return store_for(state_dir, load_config(config) if config else None).load(run_id)
+
+
+def session_paths(
+    state_dir: Path | None, config: Path | None, ids: Sequence[str]
+) -> list[SessionPath]:
+    """The paths of sessions `ids`, derived from their journals in that store."""
+    store = store_for(state_dir, load_config(config) if config else None)
+    return [session_path(store.load(run_id)) for run_id in ids]
+
+
+def record_line(record: Record) -> str:
+    """One journal record as `session show` lists it, after its seq: `assistant (tool_use:
+    add)`, `tool_result toolu_1 error`, `terminal suspended`."""
+    kind = type(record).__name__
+    if isinstance(record, Assistant):
+        names = [use.get("name", "?") for use in tool_uses(record.message)]
+        detail = f"{record.stop_reason}: {', '.join(names)}" if names else record.stop_reason
+        return f"assistant ({detail})"
+    if isinstance(record, ToolStarted):
+        return f"tool_started {record.name} ({record.tool_use_id})"
+    if isinstance(record, ToolResult):
+        return f"tool_result {record.tool_use_id}{' error' if record.is_error else ''}"
+    if isinstance(record, Terminal):
+        return f"terminal {record.reason}{f' ({record.message})' if record.message else ''}"
+    return {"Meta": "meta", "User": "user"}.get(kind, kind)
 
 
 def cmd_session(args: argparse.Namespace) -> int:
@@ -47,7 +84,8 @@ def cmd_session(args: argparse.Namespace) -> int:
             out.write(f"{cells[0]:<32} {cells[1]:<24} {cells[2]:<20} {updated:<20} {prompt}\n")
         return 0
     if args.session_command == "show":
-        snap = store.snapshot(args.id)
+        records = store.load(args.id)
+        snap = fold_journal(store.path(args.id), records)
         u = snap.usage
         # Everything here was read from a journal: no control sequence reaches the terminal.
         out.write(
@@ -66,6 +104,10 @@ def cmd_session(args: argparse.Namespace) -> int:
                 f"prompt:         {sanitize(snap.prompt, 2000)}\n"
             )
         )
+        # The seq numbers are what `session fork --at SEQ` takes.
+        width = len(str(records[-1].seq))
+        out.write("records (seq):\n")
+        out.writelines(f"  {r.seq:>{width}} {sanitize(record_line(r), 200)}\n" for r in records)
         if args.transcript:
             out.write("transcript:\n")
             out.writelines(f"  {line}\n" for line in transcript_lines(snap.messages))

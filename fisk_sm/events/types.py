@@ -86,11 +86,17 @@ class StateEntered(Event):
     """The run entered `state` (one event per entry, the initial state included).
 
     `iteration` counts the model calls started before the entry: the first `call` is entered
-    at 0, and the states after its reply at 1.
+    at 0, and the states after its reply at 1. `source`, `trigger` and `guard` name the
+    transition that entered it: the state left, the trigger fired and the condition of the exit
+    taken (None for the state's "else" exit); all three are None for the state a run starts or
+    resumes in.
     """
 
     state: str
     iteration: int
+    source: str | None = None
+    trigger: str | None = None
+    guard: str | None = None
 
 
 @attrs.frozen

@@ -11,20 +11,31 @@ from typing import Any
 
 from fisk_sm.config.states import States
 from fisk_sm.events.types import RunEnded, StateEntered, wants
+from fisk_sm.machine.evaluator import Fire
 from fisk_sm.machine.guards import terminal_message
 
 __all__ = ["HOOKS"]
 
 
-def state_entered(run: Any) -> None:
-    """Every entry into every state is one `StateEntered` event."""
+def state_entered(run: Any, fire: Fire | None) -> None:
+    """Every entry into every state is one `StateEntered` event, naming the transition taken
+    (none for the state a run starts or resumes in)."""
     events = run.harness.events
     if wants(events, StateEntered):
         data = run.data
-        events.emit(StateEntered(run_id=data.run_id, state=run.state, iteration=data.iteration))
+        spec = None if fire is None else fire.taken
+        event = StateEntered(
+            run_id=data.run_id,
+            state=run.state,
+            iteration=data.iteration,
+            source=None if spec is None else spec.source,
+            trigger=None if spec is None else spec.trigger,
+            guard=None if spec is None else spec.condition,
+        )
+        events.emit(event)
 
 
-def run_ended(run: Any) -> None:
+def run_ended(run: Any, fire: Fire | None) -> None:
     """A terminal state was entered: report how the run ended, with its totals."""
     data = run.data
     run.harness.events.emit(

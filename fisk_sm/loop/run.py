@@ -5,17 +5,18 @@ Machine for every run, handed the run on each fire). It holds the current state 
 resumable data (`RunData`), plus the rebuilt infrastructure (`Harness`). `await run.step()` does
 exactly one transition: the action of the current state, then the one trigger whose guards pick
 the exit, then the entry hooks; it returns a `Step` naming the exit and the guards tried.
-`await run.run()` steps to a terminal state. `run.sync()` gives a blocking facade for a plain
-debugger prompt.
+`await run.run()` steps to a terminal state; `run_until`/`run_to` stop before a state, a tool
+or an iteration (`fisk_sm.loop.stops`). `run.explain()` says what the next step will do
+(`fisk_sm.loop.explain`), and `run.sync()` gives a blocking facade for a debugger prompt, from
+any thread, even one running a loop (`fisk_sm.loop.sync`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import time
 import uuid
-from typing import Any
+from collections.abc import Iterable
 
 from fisk_sm.config.agent import AgentConfig, Budget
 from fisk_sm.config.states import States
@@ -23,9 +24,12 @@ from fisk_sm.events.types import RunStarted, WarningRaised
 from fisk_sm.journal.records import Meta, Terminal
 from fisk_sm.journal.snapshot import RunData, Snapshot
 from fisk_sm.loop.actions import ACTIONS
+from fisk_sm.loop.explain import Explanation, explain
 from fisk_sm.loop.fingerprint import fingerprint
 from fisk_sm.loop.harness import Harness, RunOptions
 from fisk_sm.loop.hooks import HOOKS
+from fisk_sm.loop.stops import Stops
+from fisk_sm.loop.sync import SyncRun
 from fisk_sm.machine.evaluator import Fire, LoopMachine, Step, build_machine
 from fisk_sm.machine.guards import GUARDS, terminal_message
 from fisk_sm.machine.table import load_table
@@ -168,13 +172,34 @@ class Run:
             await self._advance()
         return self.state
 
-    async def run_until(self, *states: str) -> str:
-        """Step until the run enters one of `states` (or ends); returns the state reached."""
-        while not self.finished:
-            await self._advance()
-            if self.state in states:
-                break
+    async def run_until(
+        self,
+        *states: str,
+        tool: str | Iterable[str] | None = None,
+        iteration: int | Iterable[int] | None = None,
+    ) -> str:
+        """Step until the run enters one of `states`, is in `execute` about to run `tool`, or
+        reaches `iteration` (or ends); returns the state reached. It steps at least once;
+        `tool` and `iteration` may each be one value or several. See `fisk_sm.loop.stops`."""
+        await self.run_to(Stops.of(states, tool, iteration))
         return self.state
+
+    async def run_to(self, stops: Stops) -> str | None:
+        """Step at least once, until one of `stops` (or the end); returns why it stopped
+        (`state execute`, `tool add`, `iteration 3`), None if the run ended first."""
+        while not self.finished:
+            before = self.data.iteration
+            await self._advance()
+            reason = stops.hit(self.state, self.data, before)
+            if reason is not None:
+                return reason
+        return None
+
+    def explain(self) -> Explanation:
+        """What the next `step()` will do: the action, each exit with its guard's value now
+        (or "decided after the action"), the pending tool calls and usage by tier. `str()` of
+        it is a readable report."""
+        return explain(self, self.state, self.machine.table)
 
     def snapshot(self) -> Snapshot:
         """A frozen copy of the state and the resumable data; JSON-ready (`to_json`)."""
@@ -211,41 +236,6 @@ class Run:
         return self.data.answer() if self.state == States.COMPLETED else ""
 
     def sync(self) -> SyncRun:
-        """A blocking facade for a plain debugger prompt."""
+        """A blocking facade for a debugger prompt, even inside a running loop (`SyncRun`);
+        `close()` it when done."""
         return SyncRun(self)
-
-
-class SyncRun:
-    """Blocking `step()`/`run()` over a `Run`, on a private event loop: `(Pdb) r.step()`."""
-
-    def __init__(self, run: Run) -> None:
-        self.run_ = run
-        self._runner = asyncio.Runner()
-
-    def step(self) -> Step:
-        """One transition."""
-        return self._runner.run(self.run_.step())
-
-    def run(self) -> str:
-        """To a terminal state."""
-        return self._runner.run(self.run_.run())
-
-    def run_until(self, *states: str) -> str:
-        """Until one of `states`."""
-        return self._runner.run(self.run_.run_until(*states))
-
-    @property
-    def state(self) -> str:
-        """The current state."""
-        return self.run_.state
-
-    def snapshot(self) -> Snapshot:
-        """A frozen copy of the run."""
-        return self.run_.snapshot()
-
-    def close(self) -> None:
-        """Close the private event loop."""
-        self._runner.close()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.run_, name)

@@ -21,7 +21,7 @@ a plain object (a slotted attrs class cannot take the attribute).
 
 What a fire reports. Each guard is registered as a condition wrapped so that, when
 `transitions` evaluates it, it appends (exit, guard, value) to the `Fire` record passed as the
-trigger's argument; a machine-wide `after_state_change` callback notes the exit taken from
+trigger's argument; a machine-wide `before_state_change` callback notes the exit taken from
 `EventData.transition`. `Step` is built from that record, so it reports what `transitions` did
 and no guard is ever evaluated a second time.
 
@@ -53,7 +53,8 @@ from fisk_sm.machine.table import Table, TableError, TransitionSpec
 __all__ = ["Fire", "GuardCheck", "LoopMachine", "Stateful", "Step", "build_machine"]
 
 Predicate = Callable[[Any], bool]
-Hook = Callable[[Any], None]
+#: An entry hook: the run, and the fire that brought it in (None for the state it starts in).
+Hook = Callable[[Any, "Fire | None"], None]
 
 
 class _State(State):
@@ -189,9 +190,11 @@ class LoopMachine:
 
 
 def _hook(fn: Hook) -> Callable[[EventData], None]:
-    # transitions hands callbacks its EventData (send_event=True); hooks take the run alone.
+    # transitions hands callbacks its EventData (send_event=True); a hook gets the run and the
+    # Fire, whose `taken` exit is already noted (before_state_change runs before the entry).
     def enter(event: EventData) -> None:
-        fn(event.model)
+        args = tuple(event.args)
+        fn(event.model, args[0] if args else None)
 
     enter.__name__ = getattr(fn, "__name__", "hook")
     return enter
@@ -233,7 +236,8 @@ def build_machine(
     taken: dict[object, TransitionSpec] = {}
 
     def note_taken(event: EventData) -> None:
-        # runs only after a change of state; EventData.transition is the exit transitions took
+        # runs once the exit's conditions held, before the state changes and the destination's
+        # entry hooks run: EventData.transition is the exit transitions is taking
         event.args[0].taken = taken[event.transition]  # type: ignore[index]
 
     machine = _Machine(
@@ -244,7 +248,7 @@ def build_machine(
         send_event=True,
         auto_transitions=False,
         ignore_invalid_triggers=False,
-        after_state_change=[note_taken],
+        before_state_change=[note_taken],
     )
     triggers = {s.name: table.trigger_of(s.name) for s in table.states if not s.terminal}
     for source, trigger in triggers.items():

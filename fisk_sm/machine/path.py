@@ -1,0 +1,285 @@
+"""The path a session took through the machine, derived from its journal alone.
+
+`session_path(records)` replays a journal through the loop table: a private `transitions`
+Machine built from the same table (`fisk_sm.machine.evaluator.build_machine`) is fired once per
+transition, and its guards read what the journal shows instead of a live run. Nothing is
+journaled for the path: it costs the journal no byte and no fsync.
+
+How the records map to the machine:
+
+- `meta` enters the initial state (`suspend_check`);
+- the `journal` state's action consumes one `assistant` record, and the `execute` state's one
+  tool of the turn: its `tool_started` (absent for a rejected call) and its `tool_result`;
+- a `terminal` record is consumed as the run enters the terminal state it names; when records
+  follow it, the session was resumed: a `resume` step leads from the terminal state to the
+  state `fold` resumes in;
+- a `user` record is read at `suspend_check`.
+
+Guards over the turn (`turn_unusable`, `turn_is_final`, `tools_pending`) are the real ones,
+evaluated on the replayed turn. Guards over facts a run never journals (a suspend request, a
+failed call, the budgets) hold exactly when the next record is the terminal record they lead
+to. With no record left the replay stops where `fold` would resume (`suspend_check`, `decide`,
+or `execute` for a tool without a result), so an open session's current state is its resume
+state. A crash leaves no record, so what a killed process did after its last durable record is
+not on the path (a tool started twice shows as a `resume` of `execute`).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+
+from fisk_sm.config.states import States
+from fisk_sm.journal.base import JournalError
+from fisk_sm.journal.fold import fold
+from fisk_sm.journal.records import Assistant, Meta, Record, Terminal, ToolResult, ToolStarted, User
+from fisk_sm.journal.snapshot import RunData, tool_uses
+from fisk_sm.machine.evaluator import LoopMachine, build_machine
+from fisk_sm.machine.guards import GUARDS
+from fisk_sm.machine.table import Table, load_table
+
+__all__ = ["RESUME", "PathError", "PathStep", "SessionPath", "session_path"]
+
+#: The trigger of the step from a terminal state to where a resumed session continued.
+RESUME = "resume"
+
+# Guards over facts no record holds: each holds when the next record is this terminal record.
+_EVIDENCE = {
+    "iteration_cap_reached": States.ITERATIONS_EXHAUSTED,
+    "suspend_requested": States.SUSPENDED,
+    "call_failed": States.FAILED,
+    "over_budget": States.BUDGET_EXHAUSTED,
+}
+# Guards over the turn, evaluated on the replayed turn as a live run evaluates them.
+_REPLAYED = ("turn_unusable", "turn_is_final", "tools_pending")
+# Where the replay stops when no record is left: the states `fold` resumes in.
+_RESTING = frozenset({States.SUSPEND_CHECK, States.DECIDE, States.EXECUTE})
+
+
+class PathError(JournalError):
+    """The records do not form a path through the machine; the message names the record."""
+
+
+@attrs.frozen
+class PathStep:
+    """One entry into a state: from `source` by `trigger` through the exit guarded by `guard`.
+
+    The first step of a path enters the initial state and has no source or trigger; a
+    `resume` step leads from a terminal state to where the resumed session continued.
+    `iteration` is the run's count of model calls started at the entry (as `StateEntered`
+    has it); `seq` is the last journal record read when the step was taken.
+    """
+
+    destination: str
+    source: str | None = None
+    trigger: str | None = None
+    guard: str | None = None
+    iteration: int = 0
+    seq: int = 0
+
+    @property
+    def edge(self) -> tuple[str, str, str] | None:
+        """(source, trigger, destination), or None for the entry into the initial state."""
+        if self.source is None or self.trigger is None:
+            return None
+        return (self.source, self.trigger, self.destination)
+
+
+@attrs.frozen
+class SessionPath:
+    """The states a session entered, in order, and where it is now."""
+
+    run_id: str
+    steps: tuple[PathStep, ...]
+
+    @property
+    def states(self) -> tuple[str, ...]:
+        """The states entered, in order (what a `Recorder` of every run of it saw)."""
+        return tuple(s.destination for s in self.steps)
+
+    @property
+    def current(self) -> str:
+        """The state the session is in: a terminal state, or where a resume continues."""
+        return self.steps[-1].destination
+
+    @property
+    def edges(self) -> tuple[tuple[str, str, str], ...]:
+        """Every transition taken, as (source, trigger, destination), in order."""
+        return tuple(e for e in (s.edge for s in self.steps) if e is not None)
+
+    def transition_counts(self) -> Counter[tuple[str, str, str]]:
+        """How many times each transition fired, `resume` steps included."""
+        return Counter(self.edges)
+
+    def state_counts(self) -> Counter[str]:
+        """How many times each state was entered."""
+        return Counter(self.states)
+
+
+class _Replay:
+    """The model object the replay machine fires: a state, the replayed turn, the next record."""
+
+    def __init__(self, state: str, data: RunData) -> None:
+        self.state = state
+        self.data = data
+        self.ahead: Record | None = None
+
+
+def _noop(run: Any, fire: object) -> None:
+    """Entry hooks emit events; a replay emits none."""
+
+
+def _evidence(reason: str) -> Callable[[_Replay], bool]:
+    def holds(run: _Replay) -> bool:
+        return isinstance(run.ahead, Terminal) and run.ahead.reason == reason
+
+    holds.__name__ = f"next_record_is_{reason}"
+    return holds
+
+
+@functools.cache
+def _replay_machine(table: Table) -> LoopMachine:
+    unknown = sorted(table.guard_names - set(_EVIDENCE) - set(_REPLAYED))
+    if unknown:
+        raise PathError(f"no journal evidence for guard(s) {', '.join(unknown)}")
+    guards: dict[str, Callable[[Any], bool]] = {g: GUARDS[g] for g in _REPLAYED}
+    guards.update({g: _evidence(reason) for g, reason in _EVIDENCE.items()})
+    return build_machine(table, guards, dict.fromkeys(table.hook_names, _noop))
+
+
+def _describe(record: Record | None) -> str:
+    if record is None:
+        return "the end of the journal"
+    kind = type(record).__name__
+    if isinstance(record, Terminal):
+        kind = f"{record.reason} {kind}"
+    return f"{kind} record (seq {record.seq})"
+
+
+class _Walk:
+    """The replay of one journal: a cursor over its records and the steps taken so far."""
+
+    def __init__(self, records: Sequence[Record], table: Table) -> None:
+        meta = records[0] if records else None
+        if not isinstance(meta, Meta):
+            raise PathError("the journal does not start with a meta record")
+        self.records = records
+        self.machine = _replay_machine(table)
+        self.run = _Replay(table.initial, RunData.begin(meta.run_id, meta.prompt))
+        self.at = 1
+        self.steps = [PathStep(table.initial, seq=meta.seq)]
+
+    @property
+    def ahead(self) -> Record | None:
+        return self.records[self.at] if self.at < len(self.records) else None
+
+    def take(self) -> Record:
+        record = self.records[self.at]
+        self.at += 1
+        return record
+
+    def enter(self, dest: str, source: str, trigger: str, guard: str | None) -> None:
+        seq = self.records[self.at - 1].seq
+        iteration = self.run.data.iteration
+        self.steps.append(PathStep(dest, source, trigger, guard, iteration, seq))
+
+    def fail(self, expected: str, state: str | None = None) -> PathError:
+        """The error for a record that cannot come next (`state`: the replay's, by default)."""
+        return PathError(
+            f"{self.run.data.run_id}: expected {expected} in state {(state or self.run.state)!r},"
+            f" found {_describe(self.ahead)}"
+        )
+
+    def walk(self) -> SessionPath:
+        """Replay every record; stop at the end, in a terminal or a resting state."""
+        machine = self.machine
+        while True:
+            state = self.run.state
+            if machine.is_terminal(state):
+                if self.ahead is None:
+                    break
+                self.resume(state)
+                continue
+            if self.ahead is None and state in _RESTING:
+                break
+            if not self.act(state):
+                break
+            self.fire(state)
+        return SessionPath(self.run.data.run_id, tuple(self.steps))
+
+    def act(self, state: str) -> bool:
+        """Consume what the action of `state` journals; False if its records are not all
+        there yet (a tool that was still running)."""
+        ahead = self.ahead
+        if state == States.SUSPEND_CHECK and isinstance(ahead, User):
+            self.take()
+            self.run.data.pending, self.run.data.stop_reason = [], None
+        elif state == States.JOURNAL:
+            if not isinstance(ahead, Assistant):
+                raise self.fail("an assistant record")
+            self.take()
+            data = self.run.data
+            data.stop_reason, data.pending = ahead.stop_reason, tool_uses(ahead.message)
+        elif state == States.EXECUTE:
+            return self.execute()
+        return True
+
+    def execute(self) -> bool:
+        """Consume the first pending tool's records; False while its result is missing."""
+        pending = self.run.data.pending
+        if not pending:
+            raise self.fail("a pending tool call")
+        use_id = pending[0]["id"]
+        ahead = self.ahead
+        if isinstance(ahead, ToolStarted) and ahead.tool_use_id == use_id:
+            self.take()
+            again = self.ahead
+            if again is None:
+                return False
+            if isinstance(again, ToolStarted) and again.tool_use_id == use_id:
+                # started twice: the process died while the tool ran and a resume retried it
+                self.enter(States.EXECUTE, States.EXECUTE, RESUME, None)
+                return self.execute()
+        ahead = self.ahead
+        if not (isinstance(ahead, ToolResult) and ahead.tool_use_id == use_id):
+            raise self.fail(f"the result of tool call {use_id}")
+        self.take()
+        pending.pop(0)
+        return True
+
+    def fire(self, source: str) -> None:
+        """Fire the trigger of `source` through the replay machine and note the step; entering
+        a terminal state consumes its terminal record."""
+        run = self.run
+        run.ahead = self.ahead
+        step = self.machine.step(run)
+        if self.machine.actions.get(source) == "call_model":
+            run.data.iteration += 1
+        dest = step.destination
+        if self.machine.is_terminal(dest):
+            ahead = self.ahead
+            if not (isinstance(ahead, Terminal) and ahead.reason == dest):
+                raise self.fail(f"a {dest} terminal record", source)
+            self.take()
+        self.enter(dest, source, step.trigger, step.guard)
+
+    def resume(self, state: str) -> None:
+        """Records follow terminal `state`: the session was resumed where `fold` says."""
+        if state == States.COMPLETED:
+            raise self.fail("nothing after completed")
+        snapshot = fold(self.records[: self.at])
+        self.run.state = snapshot.state
+        data = snapshot.data()
+        self.run.data = data
+        seq = self.records[self.at - 1].seq
+        self.steps.append(PathStep(snapshot.state, state, RESUME, None, data.iteration, seq))
+
+
+def session_path(records: Sequence[Record], table: Table | None = None) -> SessionPath:
+    """The path the session journaled in `records` (meta first) took through `table` (the
+    loop table by default). Raises `PathError` if the records cannot be such a path."""
+    return _Walk(records, table or load_table()).walk()
