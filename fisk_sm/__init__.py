@@ -33,8 +33,10 @@ from fisk_sm.journal.base import Journal, JournalError, MemoryJournal
 from fisk_sm.journal.filestore import FileStore
 from fisk_sm.journal.fold import fold
 from fisk_sm.journal.snapshot import RunData, Snapshot, Usage
+from fisk_sm.loop.explain import Explanation
 from fisk_sm.loop.fingerprint import ResumeRefused
 from fisk_sm.loop.harness import Harness, RunOptions
+from fisk_sm.loop.replay import ReplayDiverged, ReplayModel, recorded_tools, replay
 from fisk_sm.loop.run import Run, RunFinished, SyncRun
 from fisk_sm.loop.sessions import resume_session, start_session
 from fisk_sm.machine.evaluator import GuardCheck, Step
@@ -50,6 +52,7 @@ __all__ = [
     "ConfigError",
     "Event",
     "Events",
+    "Explanation",
     "Fanout",
     "FileStore",
     "GuardCheck",
@@ -67,6 +70,8 @@ __all__ = [
     "Outcome",
     "Prompter",
     "Recorder",
+    "ReplayDiverged",
+    "ReplayModel",
     "ResumeRefused",
     "Run",
     "RunData",
@@ -91,6 +96,8 @@ __all__ = [
     "fold",
     "load_config",
     "parse_config",
+    "recorded_tools",
+    "replay",
     "resume_session",
     "start_session",
     "tool",

@@ -21,7 +21,7 @@ class ResumeRefused(Exception):
     """A session cannot be resumed; the message says why, and what to do."""
 
 
-def _digest(value: Any) -> str:
+def digest(value: Any) -> str:
     text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
@@ -32,8 +32,8 @@ def fingerprint(harness: Harness) -> dict[str, Any]:
     return {
         "provider": llm.provider,
         "model": llm.model,
-        "system_hash": _digest(list(harness.system)),
-        "tools_hash": _digest(list(harness.tool_definitions)),
+        "system_hash": digest(list(harness.system)),
+        "tools_hash": digest(list(harness.tool_definitions)),
         "thinking": "adaptive" if llm.thinking.enabled else "off",
         "max_tokens": llm.budget.max_tokens,
         "max_iterations": llm.budget.max_iterations,

@@ -30,7 +30,7 @@ from fisk_sm.config.agent import AgentConfig
 from fisk_sm.journal.fold import fold
 from fisk_sm.journal.records import Assistant, Meta, Record, ToolResult, ToolStarted
 from fisk_sm.journal.snapshot import RunData, tool_uses
-from fisk_sm.loop.fingerprint import _digest
+from fisk_sm.loop.fingerprint import digest
 from fisk_sm.loop.harness import Harness, RunOptions
 from fisk_sm.loop.run import Run, new_run_id
 from fisk_sm.model.anthropic import ModelError, ModelRequest
@@ -111,7 +111,7 @@ class ReplayModel:
             )
         if not _same_system(_plain(request.system), saved.get("system_hash")):
             return "the system prompt differs from the recording"
-        if _digest(_plain(request.tools)) != saved.get("tools_hash"):
+        if digest(_plain(request.tools)) != saved.get("tools_hash"):
             return "the tool set differs from the recording"
         if ("adaptive" if request.thinking else "off") != saved.get("thinking"):
             return "the thinking mode differs from the recording"
@@ -135,7 +135,7 @@ def _same_system(system: list[dict[str, Any]], saved_hash: object) -> bool:
     memory note), so an empty prefix matches only an empty `system`.
     """
     shortest = min(1, len(system))
-    return any(_digest(system[:n]) == saved_hash for n in range(len(system), shortest - 1, -1))
+    return any(digest(system[:n]) == saved_hash for n in range(len(system), shortest - 1, -1))
 
 
 Answer = Callable[..., Coroutine[Any, Any, str]]
