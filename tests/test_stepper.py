@@ -8,7 +8,7 @@ from typing import Any
 from conftest import make_run
 
 from fisk_sm import Run, Step, Tool, tool
-from fisk_sm.loop.explain import ACTION_EFFECTS, AFTER_ACTION, ExitView
+from fisk_sm.loop.explain import ACTION_EFFECTS, ExitView
 from fisk_sm.loop.stops import Stops
 from fisk_sm.machine.table import load_table
 from fisk_sm.model import clients
@@ -125,16 +125,18 @@ async def test_explain_before_a_tool(api: FakeMessagesAPI) -> None:
     told = run.explain()
     assert told.state == "execute"
     assert told.action == "execute_tool"
+    # the tool answers exactly the first call, so what stays pending is known before it runs
     assert told.exits == (
-        ExitView("execute", "tools_pending", None),
+        ExitView("execute", "tools_pending", True),
         ExitView("feed_back", None, True),
     )
-    assert told.next is None
+    assert told.next == "execute"
     assert told.pending == (("add", {"a": 2, "b": 3}), ("mul", {"a": 4}))
     assert told.usage == run.data.usage
     text = str(told)
     assert "state: execute (iteration 1)" in text
-    assert f"-> execute if tools_pending: {AFTER_ACTION}" in text
+    assert "-> execute if tools_pending: true" in text
+    assert "next: execute" in text
     assert 'add {"a": 2, "b": 3}' in text
     assert "usage: input 10, output 5, cache read 0, cache create 0 (total 15)" in text
 

@@ -11,7 +11,7 @@ changes nothing.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -36,9 +36,30 @@ ACTION_EFFECTS: Mapping[str, frozenset[str]] = {
     "journal_turn": frozenset({"tools_pending", "turn_is_final", "turn_unusable"}),
     "decide_turn": frozenset({"call_failed"}),  # it records an unusable turn as the error
     "account_tokens": frozenset(),
-    "execute_tool": frozenset({"tools_pending", "turn_is_final", "turn_unusable"}),
+    # what a tool returns cannot change these; which calls stay pending is previewed below
+    "execute_tool": frozenset({"turn_is_final", "turn_unusable"}),
     "feed_back_results": frozenset(),
 }
+
+
+@attrs.frozen
+class _Preview:
+    """What the guards will read once an action has had the effect it certainly has."""
+
+    data: Any
+    budget: Any
+    suspend_requested: bool
+
+
+def _first_call_answered(run: Facts) -> Facts:
+    # `execute_tool` answers exactly the first pending call, whatever the tool does.
+    data = attrs.evolve(run.data, pending=list(run.data.pending[1:]))
+    return _Preview(data, run.budget, run.suspend_requested)
+
+
+#: Actions whose effect on the guards' inputs is certain: their exits are evaluated, with the
+#: real guards, on a preview of the run after the action.
+PREVIEWS: Mapping[str, Callable[[Facts], Facts]] = {"execute_tool": _first_call_answered}
 
 
 @attrs.frozen
@@ -108,8 +129,10 @@ def explain(run: Facts, state: str, table: Table) -> Explanation:
     unknown = ACTION_EFFECTS.get(spec.action or "")
     if unknown is None:  # an action not listed may change anything
         unknown = table.guard_names
+    preview = PREVIEWS.get(spec.action or "")
+    after = run if preview is None else preview(run)
     exits = tuple(
-        ExitView(t.dest, t.condition, _holds(t, run, unknown)) for t in table.exits(state)
+        ExitView(t.dest, t.condition, _holds(t, after, unknown)) for t in table.exits(state)
     )
     chosen: str | None = None
     for view in exits:
