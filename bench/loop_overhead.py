@@ -365,7 +365,9 @@ def transitions_per_iteration(repeats: int, rounds: int = 2000) -> float:
     table = load_table()
     guards = {name: (lambda run: False) for name in table.guard_names}
     guards["tools_pending"] = lambda run: run.state == States.BUDGET_CHECK  # execute once
-    machine = build_machine(table, guards, {name: (lambda run: None) for name in table.hook_names})
+    machine = build_machine(
+        table, guards, {name: (lambda run, fire: None) for name in table.hook_names}
+    )
     probe = Probe()
     best = float("inf")
     for _ in range(repeats):
