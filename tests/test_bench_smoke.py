@@ -1,0 +1,31 @@
+"""The benchmarks still run: each script, at its smallest, exits 0 and prints its figures.
+
+They assert nothing about timing (the machines are noisy); this only keeps them from rotting as
+the code they measure changes.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+
+@pytest.mark.parametrize(
+    ("script", "args", "figure"),
+    [
+        ("loop_overhead.py", ["--iterations", "5", "--repeats", "1"], "engine overhead"),
+        ("journal.py", ["--quick"], "journal/content"),
+        ("concurrency.py", ["--runs", "4", "--calls", "2", "--latency", "0.001"], "throughput"),
+    ],
+)
+def test_the_benchmark_runs(script: str, args: list[str], figure: str) -> None:
+    done = subprocess.run(
+        [sys.executable, str(BENCH / script), *args], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert figure in done.stdout
