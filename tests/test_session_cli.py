@@ -212,7 +212,7 @@ def test_a_second_signal_aborts_at_once_and_the_journal_keeps_what_completed(
     api.add(Reply.tool_use("mark", {"label": "m"}), Reply.tool_use("slow", {"label": "s"}))
     proc = start_checkpointed(agent, "a1", state, capture=True)
     journal = state / "a1.json"
-    wait_for(journal, b'"name":"slow"')
+    wait_for(journal, b'"name":"slow","type":"tool_started"')  # the slow tool is running
     assert proc.stderr is not None
     lines = Lines(proc.stderr)
     proc.send_signal(signal.SIGTERM)
