@@ -16,6 +16,9 @@ from fisk_sm.config.agent import (
 )
 from fisk_sm.events.adapters import JsonLinesEvents, StructlogEvents
 from fisk_sm.events.types import (
+    ApprovalAsked,
+    ApprovalDenied,
+    ApprovalGranted,
     Event,
     Events,
     Fanout,
@@ -48,6 +51,9 @@ __all__ = [
     "AgentConfig",
     "AnthropicModel",
     "Approval",
+    "ApprovalAsked",
+    "ApprovalDenied",
+    "ApprovalGranted",
     "Budget",
     "ConfigError",
     "Event",

@@ -10,6 +10,7 @@ import pytest
 
 from fisk_sm import AgentConfig, MemoryJournal, Recorder, Run, Tool, parse_config
 from fisk_sm.loop.harness import RunOptions
+from fisk_sm.operator.prompter import Prompter
 from fisk_sm.testing import FakeMessagesAPI
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,10 +36,15 @@ def make_config(api: FakeMessagesAPI, **budget: Any) -> AgentConfig:
 
 
 def make_run(
-    api: FakeMessagesAPI, tools: list[Tool] | None = None, **budget: Any
+    api: FakeMessagesAPI,
+    tools: list[Tool] | None = None,
+    *,
+    prompter: Prompter | None = None,
+    **budget: Any,
 ) -> tuple[Run, Recorder, MemoryJournal]:
-    """A run against the fake API with a recorder and an in-memory journal."""
+    """A run against the fake API with a recorder and an in-memory journal (and `prompter`
+    as its operator, if given: none by default)."""
     events, journal = Recorder(), MemoryJournal()
-    options = RunOptions(tools=tools or [], events=events, journal=journal)
+    options = RunOptions(tools=tools or [], events=events, journal=journal, prompter=prompter)
     run = Run.create(make_config(api, **budget), "do the thing", options, run_id="test-run")
     return run, events, journal

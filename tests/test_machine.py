@@ -50,6 +50,7 @@ def probe_machine(path: Path | None = None) -> LoopMachine:
 
 CAP = ("iterations_exhausted", "iteration_cap_reached")
 SUSPEND = ("suspended", "suspend_requested")
+CANCELLED = ("suspended", "call_cancelled")
 UNUSABLE = ("failed", "turn_unusable")
 FINAL = ("completed", "turn_is_final")
 BUDGET = ("budget_exhausted", "over_budget")
@@ -63,7 +64,9 @@ PENDING_EXEC = ("execute", "tools_pending")
         ("suspend_check", {"iteration_cap_reached": True, "suspend_requested": True},
          "iterations_exhausted", "iteration_cap_reached", []),
         ("suspend_check", {"suspend_requested": True}, "suspended", "suspend_requested", [CAP]),
-        ("call", {"call_failed": True}, "failed", "call_failed", []),
+        ("call", {"call_failed": True}, "failed", "call_failed", [CANCELLED]),
+        ("call", {"call_cancelled": True, "call_failed": True},
+         "suspended", "call_cancelled", []),
         ("journal", {}, "decide", None, []),
         ("decide", {"turn_is_final": True}, "completed", "turn_is_final", [UNUSABLE]),
         ("decide", {}, "budget_check", None, [UNUSABLE, FINAL]),

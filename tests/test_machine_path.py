@@ -7,12 +7,14 @@ the same iterations, as the `StateEntered` events the runs emitted.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import make_config
+from test_suspend_now import eventually
 
 from fisk_sm import MemoryJournal, Recorder, Run, StateEntered, tool
 from fisk_sm.journal.filestore import FileStore
@@ -235,3 +237,26 @@ def test_a_tool_started_twice_was_retried_after_a_crash() -> None:
         ("feed_back", "fed_back", "suspend_check"),
     )
     assert session_path(records[:3]).current == "execute" == fold(records[:3]).state
+
+
+async def test_a_session_suspended_mid_call_resumes_at_the_boundary(
+    api: FakeMessagesAPI, tmp_path: Path
+) -> None:
+    # A suspend-now cut the call: the terminal record follows the meta (or the last turn)
+    # with nothing of the call between them, and the path leaves `call` by `call_cancelled`.
+    store, config, events = FileStore(tmp_path), make_config(api), Recorder()
+    api.add(Reply.text("never delivered", delay=30), Reply.text("done"))
+    first = await start_session(config, "go", store, RunOptions(events=events), run_id="c")
+    running = asyncio.ensure_future(first.run())
+    await eventually(lambda: bool(api.requests))  # in flight; its delay is never waited out
+    first.request_suspend(now=True)
+    assert await asyncio.wait_for(running, 60) == "suspended"
+    await first.aclose()
+    second = await resume_session(config, "c", store, RunOptions(events=events))
+    assert await second.run() == "completed"
+    await second.aclose()
+    path = session_path(store.load("c"))
+    assert derived(path) == reported(events)
+    assert ("call", "replied", "suspended") in path.edges
+    assert ("suspended", RESUME, "suspend_check") in path.edges
+    assert path.steps[2].guard == "call_cancelled" and path.steps[2].iteration == 0

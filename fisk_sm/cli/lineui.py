@@ -1,8 +1,10 @@
 """The command line's line UI: progress on stderr, the final answer alone on stdout.
 
-Tool calls show as `-> name {args}` and their results as `<- ...`; with `trace` every state
-entry is shown too. The summary at the end names the model, the call and tool counts, the tokens
-by tier and the latency. Only a completed run's answer goes to stdout, so `fisk-sm run ... >
+Tool calls show as `-> name {args}` and their results as `<- ...`; the confirm gate's decisions
+as `approval granted: name (once)` or `approval denied: name (no operator)`; with `trace` every
+state entry and every approval asked for is shown too (without it the prompt itself asks). The
+summary at the end names the model, the call and tool counts, the tokens by tier and the
+latency. Only a completed run's answer goes to stdout, so `fisk-sm run ... >
 answer.txt` captures exactly the answer.
 
 Everything shown here may come from the model, the API or a journal, so every line on stderr
@@ -21,6 +23,9 @@ import attrs
 
 from fisk_sm.config.states import States
 from fisk_sm.events.types import (
+    ApprovalAsked,
+    ApprovalDenied,
+    ApprovalGranted,
     Event,
     MessageReceived,
     RunEnded,
@@ -105,6 +110,12 @@ class LineUI:
         elif isinstance(event, ToolFinished):
             mark = "<- error:" if event.is_error else "<-"
             self._say(f"{mark} {_preview(event.output)}")
+        elif isinstance(event, ApprovalAsked) and self.trace:
+            self._say(f"approval asked: {_preview(event.tool)} [{_preview(event.tag)}]")
+        elif isinstance(event, ApprovalGranted):
+            self._say(f"approval granted: {_preview(event.tool)} ({event.answer})")
+        elif isinstance(event, ApprovalDenied):
+            self._say(f"approval denied: {_preview(event.tool)} ({_preview(event.reason)})")
         elif isinstance(event, WarningRaised):
             self._say(f"warning: {event.warning} {event.name}: {_preview(event.detail)}".strip())
         elif isinstance(event, RunResumed):

@@ -1,9 +1,11 @@
 """`fisk-sm run`: drive one run from the command line, with signals and sessions.
 
-With `--checkpoint` (or `--resume`) the first SIGINT or SIGTERM requests a suspend, which takes
-effect at the next loop boundary, never mid-tool; the process then prints how to resume and exits
-0. A second signal aborts at once: every record already journaled stays, and a tool that was
-running is handled by its crash policy on resume. Without a journal, a signal aborts.
+With `--checkpoint` (or `--resume`) the first SIGINT or SIGTERM requests a suspend now
+(`Run.request_suspend(now=True)`): a model call in flight is cancelled (nothing of it is
+journaled; the resume calls again), a running tool finishes and the suspend takes effect at the
+next loop boundary, never mid-tool; the process then prints how to resume and exits 0. A second
+signal aborts at once: every record already journaled stays, and a tool that was running is
+handled by its crash policy on resume. Without a journal, a signal aborts.
 """
 
 from __future__ import annotations
@@ -262,7 +264,7 @@ async def _drive(run: Run, args: argparse.Namespace, *, journaled: bool, signals
         nonlocal signals
         signals += 1
         if journaled and signals == 1:
-            run.request_suspend()
+            run.request_suspend(now=True)  # a model call in flight is cut; a tool finishes
             _say("suspending at the next loop boundary (signal again to abort)")
         else:
             task.cancel()

@@ -23,9 +23,13 @@ import attrs
 from fisk_sm.events.usage import Usage
 
 __all__ = [
+    "ApprovalAsked",
+    "ApprovalDenied",
+    "ApprovalGranted",
     "Event",
     "Events",
     "Fanout",
+    "GatedCall",
     "MessageReceived",
     "Recorder",
     "RunEnded",
@@ -132,6 +136,42 @@ class ToolFinished(Event):
     tool_use_id: str
     output: str
     is_error: bool
+
+
+@attrs.frozen(kw_only=True)
+class GatedCall(Event):
+    """Base of the confirm gate's events: the gated call (`tag` is the tag that gates it).
+
+    Every gated call ends in one `ApprovalGranted` or `ApprovalDenied`; an `ApprovalAsked`
+    comes first only when someone is actually asked (not for an "always" remembered from
+    earlier in the run, nor when there is no operator).
+    """
+
+    tool: str
+    tool_use_id: str
+    arguments: dict[str, Any]
+    tag: str
+
+
+@attrs.frozen(kw_only=True)
+class ApprovalAsked(GatedCall):
+    """A gated call is about to be put to the operator."""
+
+
+@attrs.frozen(kw_only=True)
+class ApprovalGranted(GatedCall):
+    """A gated call may run: `answer` is "once", "always", or "remembered" (an "always"
+    given earlier in the run)."""
+
+    answer: str
+
+
+@attrs.frozen(kw_only=True)
+class ApprovalDenied(GatedCall):
+    """A gated call was refused; `reason` says why in a few words ("declined", "no
+    operator", or the prompt's failure)."""
+
+    reason: str
 
 
 @attrs.frozen

@@ -14,9 +14,11 @@ from fisk_sm.events.types import MessageReceived, ToolCalled, ToolFinished, Warn
 from fisk_sm.journal.records import Assistant, ToolResult, ToolStarted
 from fisk_sm.journal.snapshot import RunData, Usage, tool_uses
 from fisk_sm.loop.harness import Harness
+from fisk_sm.loop.inflight import CallCancelled, InFlight
 from fisk_sm.machine.guards import turn_is_final, unusable_turn
 from fisk_sm.model.anthropic import ModelError
 from fisk_sm.tools.base import Outcome, Tool
+from fisk_sm.tools.gate import Audit
 
 __all__ = ["ACTIONS", "INTERRUPTED", "Phase"]
 
@@ -29,6 +31,8 @@ class Phase(Protocol):
     data: RunData
     harness: Harness
     suspend_requested: bool
+    call_cancelled: bool
+    in_flight: InFlight
 
     @property
     def budget(self) -> Any: ...
@@ -43,12 +47,23 @@ async def check_boundary(run: Phase) -> None:
 
 
 async def call_model(run: Phase) -> None:
-    """One model request; it counts as an iteration even if it fails."""
+    """One model request; it counts as an iteration even if it fails.
+
+    A request cancelled by a suspend-now (`Run.request_suspend(now=True)`) was never answered:
+    it is recorded as `call_cancelled` and does not count, so the iteration stays what the
+    journal's fold gives on resume (its number of assistant turns).
+    """
     data = run.data
     data.iteration += 1
     data.error = None
     try:
-        reply = await run.harness.model.create(run.harness.request(data.messages))
+        reply = await run.in_flight.run(
+            run.harness.model.create(run.harness.request(data.messages))
+        )
+    except CallCancelled:
+        data.iteration -= 1
+        run.call_cancelled = True
+        return
     except ModelError as exc:
         data.error = str(exc)
         return
@@ -118,7 +133,8 @@ async def execute_tool(run: Phase) -> None:
     outcome = await _interrupted(run, known, use_id, arguments)
     outcome = outcome or harness.tools.rejection(name, arguments)
     if outcome is None and known is not None:
-        outcome = await harness.gate.check(known, arguments)
+        audit = Audit(data.run_id, use_id, harness.events)
+        outcome = await harness.gate.check(known, arguments, audit)
     if outcome is not None:
         if outcome.warning:
             warning = WarningRaised(

@@ -2,10 +2,10 @@
 
 It names the action the table gives the current state, then each exit in the order
 `transitions` tries them, with its guard's value now, or "decided after the action" when the
-action can change what the guard reads (`ACTION_EFFECTS`): the model call decides `call_failed`,
-a tool run decides whether tools are still pending, the boundary poll decides a suspend. When
-the values known now settle the exit, `next` names it. Guards are pure, so evaluating them here
-changes nothing.
+action can change what the guard reads (`ACTION_EFFECTS`): the model call decides `call_failed`
+and `call_cancelled`, a tool run decides whether tools are still pending, the boundary poll
+decides a suspend. When the values known now settle the exit, `next` names it. Guards are pure,
+so evaluating them here changes nothing.
 """
 
 from __future__ import annotations
@@ -31,7 +31,14 @@ AFTER_ACTION = "decided after the action"
 ACTION_EFFECTS: Mapping[str, frozenset[str]] = {
     "check_boundary": frozenset({"suspend_requested"}),
     "call_model": frozenset(
-        {"call_failed", "iteration_cap_reached", "over_budget", "turn_is_final", "turn_unusable"}
+        {
+            "call_cancelled",
+            "call_failed",
+            "iteration_cap_reached",
+            "over_budget",
+            "turn_is_final",
+            "turn_unusable",
+        }
     ),
     "journal_turn": frozenset({"tools_pending", "turn_is_final", "turn_unusable"}),
     "decide_turn": frozenset({"call_failed"}),  # it records an unusable turn as the error
@@ -49,12 +56,13 @@ class _Preview:
     data: Any
     budget: Any
     suspend_requested: bool
+    call_cancelled: bool
 
 
 def _first_call_answered(run: Facts) -> Facts:
     # `execute_tool` answers exactly the first pending call, whatever the tool does.
     data = attrs.evolve(run.data, pending=list(run.data.pending[1:]))
-    return _Preview(data, run.budget, run.suspend_requested)
+    return _Preview(data, run.budget, run.suspend_requested, run.call_cancelled)
 
 
 #: Actions whose effect on the guards' inputs is certain: their exits are evaluated, with the

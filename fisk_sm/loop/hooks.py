@@ -42,7 +42,7 @@ def run_ended(run: Any, fire: Fire | None) -> None:
         RunEnded(
             run_id=data.run_id,
             state=run.state,
-            message=terminal_message(run.state, data, run.budget),
+            message=terminal_message(run.state, run),
             answer=data.answer() if run.state == States.COMPLETED else "",
             model=run.harness.config.llm.model,
             iteration=data.iteration,

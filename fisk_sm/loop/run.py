@@ -28,6 +28,7 @@ from fisk_sm.loop.explain import Explanation, explain
 from fisk_sm.loop.fingerprint import fingerprint
 from fisk_sm.loop.harness import Harness, RunOptions
 from fisk_sm.loop.hooks import HOOKS
+from fisk_sm.loop.inflight import InFlight
 from fisk_sm.loop.stops import Stops
 from fisk_sm.loop.sync import SyncRun
 from fisk_sm.machine.evaluator import Fire, LoopMachine, Step, build_machine
@@ -63,6 +64,8 @@ class Run:
         self.data = data
         self.harness = harness
         self.suspend_requested = False
+        self.call_cancelled = False
+        self.in_flight = InFlight()
         self.resumed = False
         self._seq = seq
         self._started_at: float | None = None
@@ -107,8 +110,9 @@ class Run:
 
     @property
     def outcome(self) -> str | None:
-        """Why the run ended (None while running, on a final answer, or on a suspend)."""
-        return terminal_message(self.state, self.data, self.budget) if self.finished else None
+        """Why the run ended (None while running, on a final answer, or on a suspend at a
+        boundary; a suspend-now that cut a model call says so)."""
+        return terminal_message(self.state, self) if self.finished else None
 
     def next_seq(self) -> int:
         """Reserve the next journal seq."""
@@ -119,9 +123,17 @@ class Run:
         """Seconds since the first step."""
         return 0.0 if self._started_at is None else time.monotonic() - self._started_at
 
-    def request_suspend(self) -> None:
-        """Stop at the next loop boundary (never mid-tool); the run ends `suspended`."""
+    def request_suspend(self, *, now: bool = False) -> None:
+        """Stop at the next loop boundary (never mid-tool); the run ends `suspended`.
+
+        With `now=True` a model request in flight is cancelled too (from any thread), and no
+        new one starts: the `call` state then exits to `suspended` at once (`call_cancelled`),
+        nothing of the cancelled call is journaled, and a resume calls the model again. A tool
+        that is running still finishes: elsewhere `now` changes nothing.
+        """
         self.suspend_requested = True
+        if now:
+            self.in_flight.cancel()
 
     async def _begin(self) -> None:
         self._started_at = time.monotonic()

@@ -1,8 +1,9 @@
 """Guards: pure predicates over a run, named by `states/agent_loop.yaml`.
 
-Each takes the run (anything with `data`, `budget` and `suspend_requested`) and returns a bool;
-none does I/O or changes anything. `transitions` evaluates them (`fisk_sm.machine.evaluator`);
-the phase actions that need the same facts call these functions rather than restating them.
+Each takes the run (anything with `data`, `budget`, `suspend_requested` and `call_cancelled`)
+and returns a bool; none does I/O or changes anything. `transitions` evaluates them
+(`fisk_sm.machine.evaluator`); the phase actions that need the same facts call these functions
+rather than restating them.
 `unusable_turn` and `terminal_message` are the matching pure functions that say why a turn
 cannot be used and why a run ended.
 """
@@ -15,10 +16,21 @@ from fisk_sm.config.agent import Budget
 from fisk_sm.config.states import States
 from fisk_sm.journal.snapshot import RunData
 
-__all__ = ["GUARDS", "REFUSED", "TRUNCATED", "Facts", "terminal_message", "unusable_turn"]
+__all__ = [
+    "CALL_CANCELLED",
+    "GUARDS",
+    "REFUSED",
+    "TRUNCATED",
+    "Facts",
+    "terminal_message",
+    "unusable_turn",
+]
 
 TRUNCATED = "model reply truncated at the output token limit; the answer is incomplete"
 REFUSED = "model refused to respond"
+#: The message of a `suspended` terminal record left by a suspend-now that cut a model call:
+#: the journal's one sign of it (`fisk_sm.machine.path` reads it as the `call_cancelled` exit).
+CALL_CANCELLED = "a model call was cancelled; a resume makes it again"
 
 
 class Facts(Protocol):
@@ -30,6 +42,8 @@ class Facts(Protocol):
     def budget(self) -> Budget: ...
     @property
     def suspend_requested(self) -> bool: ...
+    @property
+    def call_cancelled(self) -> bool: ...
 
 
 def iteration_cap_reached(run: Facts) -> bool:
@@ -40,6 +54,11 @@ def iteration_cap_reached(run: Facts) -> bool:
 def suspend_requested(run: Facts) -> bool:
     """Someone asked the run to stop at this boundary."""
     return run.suspend_requested
+
+
+def call_cancelled(run: Facts) -> bool:
+    """A suspend-now cancelled the model request before it was answered."""
+    return run.call_cancelled
 
 
 def call_failed(run: Facts) -> bool:
@@ -84,6 +103,7 @@ GUARDS = {
     for f in (
         iteration_cap_reached,
         suspend_requested,
+        call_cancelled,
         call_failed,
         turn_is_final,
         turn_unusable,
@@ -93,8 +113,11 @@ GUARDS = {
 }
 
 
-def terminal_message(state: str, data: RunData, budget: Budget) -> str | None:
-    """Why a run ended in `state`; None for a final answer or a clean suspend."""
+def terminal_message(state: str, run: Facts) -> str | None:
+    """Why a run ended in `state`; None for a final answer or a suspend at a boundary."""
+    data, budget = run.data, run.budget
+    if state == States.SUSPENDED and run.call_cancelled:
+        return CALL_CANCELLED
     if state == States.FAILED:
         return data.error
     if state == States.BUDGET_EXHAUSTED:

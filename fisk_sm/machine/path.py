@@ -18,9 +18,12 @@ How the records map to the machine:
 Guards over the turn (`turn_unusable`, `turn_is_final`, `tools_pending`) are the real ones,
 evaluated on the replayed turn. Guards over facts a run never journals (a suspend request, a
 failed call, the budgets) hold exactly when the next record is the terminal record they lead
-to. With no record left the replay stops where `fold` would resume (`suspend_check`, `decide`,
-or `execute` for a tool without a result), so an open session's current state is its resume
-state. A crash leaves no record, so what a killed process did after its last durable record is
+to. A suspend-now that cut the call in flight journals nothing of the call: its `suspended`
+record, whose message is `CALL_CANCELLED`, is read as the `call_cancelled` exit of `call`, any
+other `suspended` record as a boundary's `suspend_requested`. With no record left the replay
+stops where `fold` would resume (`suspend_check`, `decide`, or `execute` for a tool without a
+result), so an open session's current state is its resume state. A crash leaves no record, so
+what a killed process did after its last durable record is
 not on the path (a tool started twice shows as a `resume` of `execute`).
 """
 
@@ -39,7 +42,7 @@ from fisk_sm.journal.fold import fold
 from fisk_sm.journal.records import Assistant, Meta, Record, Terminal, ToolResult, ToolStarted, User
 from fisk_sm.journal.snapshot import RunData, tool_uses
 from fisk_sm.machine.evaluator import LoopMachine, build_machine
-from fisk_sm.machine.guards import GUARDS
+from fisk_sm.machine.guards import CALL_CANCELLED, GUARDS
 from fisk_sm.machine.table import Table, load_table
 
 __all__ = ["RESUME", "PathError", "PathStep", "SessionPath", "session_path"]
@@ -48,11 +51,13 @@ __all__ = ["RESUME", "PathError", "PathStep", "SessionPath", "session_path"]
 RESUME = "resume"
 
 # Guards over facts no record holds: each holds when the next record is this terminal record.
-_EVIDENCE = {
-    "iteration_cap_reached": States.ITERATIONS_EXHAUSTED,
-    "suspend_requested": States.SUSPENDED,
-    "call_failed": States.FAILED,
-    "over_budget": States.BUDGET_EXHAUSTED,
+# A suspend-now that cut a call journals nothing of it; its terminal record's message says so.
+_EVIDENCE: dict[str, tuple[str, bool | None]] = {
+    "iteration_cap_reached": (States.ITERATIONS_EXHAUSTED, None),
+    "suspend_requested": (States.SUSPENDED, False),
+    "call_cancelled": (States.SUSPENDED, True),
+    "call_failed": (States.FAILED, None),
+    "over_budget": (States.BUDGET_EXHAUSTED, None),
 }
 # Guards over the turn, evaluated on the replayed turn as a live run evaluates them.
 _REPLAYED = ("turn_unusable", "turn_is_final", "tools_pending")
@@ -133,11 +138,17 @@ def _noop(run: Any, fire: object) -> None:
     """Entry hooks emit events; a replay emits none."""
 
 
-def _evidence(reason: str) -> Callable[[_Replay], bool]:
-    def holds(run: _Replay) -> bool:
-        return isinstance(run.ahead, Terminal) and run.ahead.reason == reason
+def _evidence(reason: str, cut: bool | None) -> Callable[[_Replay], bool]:
+    """A guard that holds when the next record is a `reason` terminal record (and, unless
+    `cut` is None, one that does or does not say a suspend-now cut a call)."""
 
-    holds.__name__ = f"next_record_is_{reason}"
+    def holds(run: _Replay) -> bool:
+        ahead = run.ahead
+        if not (isinstance(ahead, Terminal) and ahead.reason == reason):
+            return False
+        return cut is None or (ahead.message == CALL_CANCELLED) == cut
+
+    holds.__name__ = f"next_record_is_{reason}" + ("_of_a_cut_call" if cut else "")
     return holds
 
 
@@ -147,7 +158,7 @@ def _replay_machine(table: Table) -> LoopMachine:
     if unknown:
         raise PathError(f"no journal evidence for guard(s) {', '.join(unknown)}")
     guards: dict[str, Callable[[Any], bool]] = {g: GUARDS[g] for g in _REPLAYED}
-    guards.update({g: _evidence(reason) for g, reason in _EVIDENCE.items()})
+    guards.update({g: _evidence(*evidence) for g, evidence in _EVIDENCE.items()})
     return build_machine(table, guards, dict.fromkeys(table.hook_names, _noop))
 
 
@@ -257,8 +268,8 @@ class _Walk:
         run = self.run
         run.ahead = self.ahead
         step = self.machine.step(run)
-        if self.machine.actions.get(source) == "call_model":
-            run.data.iteration += 1
+        if self.machine.actions.get(source) == "call_model" and step.guard != "call_cancelled":
+            run.data.iteration += 1  # a cancelled call does not count (`call_model` says why)
         dest = step.destination
         if self.machine.is_terminal(dest):
             ahead = self.ahead

@@ -6,14 +6,30 @@ through a `Prompter`: once, always (remembered by tool name, whatever the argume
 process only) or no. Nobody to ask means no. A denial is a normal result the model reasons
 about, `{"allowed": false, "reason": ...}`, never an `is_error`: the call was fine, the operator
 said no, and the reason tells the model not to retry.
+
+Every gated call is reported, when the caller passes an `Audit` (the run, the call's id, the
+event sink): `ApprovalAsked` just before the operator is asked, then one `ApprovalGranted`
+(`once`, `always`, or `remembered` for an "always" given earlier) or `ApprovalDenied` (with a
+short reason: `declined`, `no operator`, or why the prompt failed), so a watcher can audit
+every decision, denials without an operator included.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+import attrs
+
+from fisk_sm.events.types import (
+    ApprovalAsked,
+    ApprovalDenied,
+    ApprovalGranted,
+    Events,
+    GatedCall,
+    wants,
+)
 from fisk_sm.operator.prompter import (
     NO_OPERATOR,
     Approval,
@@ -25,7 +41,7 @@ from fisk_sm.operator.prompter import (
 from fisk_sm.operator.sanitize import sanitize, strip_control
 from fisk_sm.tools.base import Outcome, Tool
 
-__all__ = ["CONFIRM_TAG", "Gate"]
+__all__ = ["CONFIRM_TAG", "Audit", "Gate"]
 
 CONFIRM_TAG = "ai:confirm"
 DISPLAY_LIMIT = 2000
@@ -52,6 +68,36 @@ def _display(tool: Tool, arguments: Mapping[str, Any]) -> str:
         line = f"{tool.name} {json.dumps(dict(arguments), ensure_ascii=False, default=str)}"
     shown = sanitize(line, limit=DISPLAY_LIMIT)
     return shown + ALTERED if strip_control(line) != line else shown
+
+
+@attrs.frozen
+class Audit:
+    """Where the gate reports a call's approval: the run, the call's tool_use id, the sink."""
+
+    run_id: str
+    tool_use_id: str
+    events: Events
+
+
+def _reporter(
+    audit: Audit | None, tool: Tool, arguments: Mapping[str, Any], tag: str
+) -> Callable[..., None]:
+    """`report(kind, **fields)`: emit one gate event of `kind` for this call (or nothing)."""
+
+    def report(kind: type[GatedCall], **fields: str) -> None:
+        if audit is None or not wants(audit.events, kind):
+            return
+        event = kind(
+            run_id=audit.run_id,
+            tool=tool.name,
+            tool_use_id=audit.tool_use_id,
+            arguments=dict(arguments),
+            tag=tag,
+            **fields,
+        )
+        audit.events.emit(event)
+
+    return report
 
 
 class Gate:
@@ -87,25 +133,37 @@ class Gate:
         """The tool names the operator answered "always" for in this process."""
         return frozenset(self._always)
 
-    async def check(self, tool: Tool, arguments: Mapping[str, Any]) -> Outcome | None:
-        """None if the call may run, else the (non-error) denial to hand back to the model."""
+    async def check(
+        self, tool: Tool, arguments: Mapping[str, Any], audit: Audit | None = None
+    ) -> Outcome | None:
+        """None if the call may run, else the (non-error) denial to hand back to the model;
+        the decision on a gated call is reported through `audit` (see the module doc)."""
         tag = self.gated_tag(tool)
-        if tag is None or tool.name in self._always:
+        if tag is None:
+            return None
+        report = _reporter(audit, tool, arguments, tag)
+        if tool.name in self._always:
+            report(ApprovalGranted, answer="remembered")
             return None
         if not self.prompter.available:
+            report(ApprovalDenied, reason="no operator")
             return _denial(NO_OPERATOR)
         request = ApprovalRequest(tool.name, _display(tool, arguments), tag)
+        report(ApprovalAsked)
         try:
             answer = await self.prompter.approve(request)
         except PromptCancelled as exc:
+            report(ApprovalDenied, reason=f"prompt cancelled: {_why(exc)}")
             return _denial(f"{ENDED}: {_why(exc)}; {FINAL}")
         except PromptError as exc:
+            report(ApprovalDenied, reason=f"prompt failed: {_why(exc)}")
             return _denial(f"the operator did not permit this command: {_why(exc)}; {FINAL}")
         if answer is Approval.ALWAYS:
             self._always.add(tool.name)
+        if answer in (Approval.ALWAYS, Approval.ONCE):
+            report(ApprovalGranted, answer=answer.value)
             return None
-        if answer is Approval.ONCE:
-            return None
+        report(ApprovalDenied, reason="declined")
         return _denial(DECLINED)
 
     async def may_rerun(self, tool: Tool, arguments: Mapping[str, Any]) -> bool:
