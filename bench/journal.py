@@ -2,7 +2,9 @@
 
 1. time per iteration at N=50/200 (fsync per append) vs a hand loop fsyncing the same records;
 2. journal bytes vs content bytes at N=200, ~2.2 KB of content per iteration;
-3. resume of a suspended 1,000-iteration session to its next model request vs json.loads.
+3. resume of a suspended 1,000-iteration session to its next model request vs json.loads and
+   vs LangGraph's get_state on a checkpoint holding the same conversation;
+4. durable records/s across 1,000 concurrent runs vs one run alone and a hand fsync loop.
 See bench/README.md for the definitions.
 
     .venv/bin/python bench/journal.py [--quick] [--repeats R]
@@ -34,6 +36,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # loop_overhead
 
+from journal_scale import durable_many, langgraph_get_state
 from loop_overhead import PROMPT, NullEvents, ScriptedModel, bench_config, echo
 
 from fisk_sm.journal.base import MemoryJournal
@@ -45,6 +48,7 @@ from fisk_sm.loop.run import Run, loop_machine
 from fisk_sm.loop.sessions import resume_session, start_session
 
 RATIO_TARGET, FLAT_BAND, BYTES_TARGET, RESUME_TARGET = 1.2, (0.9, 1.1), 1.5, 0.100
+MANY_TARGET = 5000.0  # durable records/s across 1,000 runs
 TEXT_CHARS, INPUT_CHARS = 720, 640  # assistant text + echo input + echo output ≈ 2.2 KB of JSON
 USAGE = {"input_tokens": 1000, "output_tokens": 300}
 _SOURCE = (
@@ -346,6 +350,19 @@ async def resume(root: Path, iterations: int, repeats: int, rows: list[Row]) -> 
         rest -= mean if label in PARTS else 0
         print(f"     {label:<35} {ms(mean)}  ({calls} call{'s' * (calls != 1)})")
     print(f"     {'the rest (harness, gate, run_until)':<35} {ms(rest)}")
+    state_load = (parts[PARTS[1]] + parts[PARTS[2]]) / rounds
+    graph = langgraph_get_state(list(store.snapshot("resume").messages), root / "lg.db", rounds)
+    if not graph:
+        print("   LangGraph get_state: skipped (pip install -e '.[bench]')")
+    for name, seconds in graph.items():
+        print(f"   LangGraph get_state, {name:<18} {ms(seconds)}", end="")
+        print(f"  (resume {median / seconds:.1f}x, open + fold {state_load / seconds:.1f}x)")
+    if "SqliteSaver (file)" in graph:
+        lg = graph["SqliteSaver (file)"]
+        rows.append(("resume vs LangGraph", f"{median / lg:.2f}×", "< 1×", median < lg))
+        rows.append(
+            ("  open + fold vs get_state", f"{state_load / lg:.2f}×", "< 1×", state_load < lg)
+        )
     ok = median <= RESUME_TARGET
     rows.append(("resume to next request", f"{median * 1e3:.1f} ms", "≤ 100 ms", ok))
     rows.append(("  CPU time", f"{cpu * 1e3:.1f} ms", "≤ 100 ms", cpu <= RESUME_TARGET))
@@ -377,6 +394,10 @@ async def main(quick: bool, repeats: int) -> None:
         run = await durable(Path(tmp), sizes, repeats, rows)
         journal_bytes(run, sizes[1], rows)
         await resume(Path(tmp), iterations, repeats, rows)
+        runs, per_run = (50, 4) if quick else (1000, 10)
+        many = await durable_many(Path(tmp), runs, per_run, 1 if quick else 3)
+        best = many[next(iter(many))]  # the default writer
+        rows.append((f"records/s, {runs} runs", f"{best:,.0f}", "≥ 5,000", best >= MANY_TARGET))
     print(f"\n{'summary':<28} {'figure':>10} {'target':>10}  verdict")
     for name, shown, target, ok in rows:
         print(f"{name:<28} {shown:>10} {target:>10}  {'ok' if ok else 'MISSED'}")

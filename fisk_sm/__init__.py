@@ -45,6 +45,7 @@ from fisk_sm.loop.sessions import resume_session, start_session
 from fisk_sm.machine.evaluator import GuardCheck, Step
 from fisk_sm.model.anthropic import AnthropicModel, ModelClient, ModelError, ModelRequest
 from fisk_sm.operator.prompter import Approval, Prompter, ScriptedPrompter
+from fisk_sm.supervisor import ApprovalDesk, DeskPrompter, Supervisor
 from fisk_sm.tools.base import Outcome, Tool, ToolBox, ToolError, tool
 
 __all__ = [
@@ -53,9 +54,11 @@ __all__ = [
     "Approval",
     "ApprovalAsked",
     "ApprovalDenied",
+    "ApprovalDesk",
     "ApprovalGranted",
     "Budget",
     "ConfigError",
+    "DeskPrompter",
     "Event",
     "Events",
     "Explanation",
@@ -91,6 +94,7 @@ __all__ = [
     "StateEntered",
     "Step",
     "StructlogEvents",
+    "Supervisor",
     "SyncRun",
     "Tool",
     "ToolBox",

@@ -21,6 +21,7 @@ BENCH = Path(__file__).resolve().parents[1] / "bench"
         ("loop_overhead.py", ["--iterations", "5", "--repeats", "1"], "engine overhead"),
         ("journal.py", ["--quick"], "journal/content"),
         ("concurrency.py", ["--runs", "4", "--calls", "2", "--latency", "0.001"], "throughput"),
+        ("supervisor.py", ["--runs", "3", "--calls", "2", "--latency", "0.001"], "RSS per run"),
     ],
 )
 def test_the_benchmark_runs(script: str, args: list[str], figure: str) -> None:
@@ -29,3 +30,8 @@ def test_the_benchmark_runs(script: str, args: list[str], figure: str) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert figure in done.stdout
+    if script == "supervisor.py":  # every trial ran its runs to the iteration cap
+        assert done.stdout.count("ended: {'iterations_exhausted': 3}") == 4, done.stdout
+    if script == "journal.py":  # the many-runs figure and the LangGraph baseline are there
+        assert "durable records/s, 50 concurrent runs" in done.stdout
+        assert "LangGraph get_state" in done.stdout

@@ -42,7 +42,7 @@ from fisk_sm.journal.records import Assistant, Record, Terminal, ToolResult, Too
 from fisk_sm.journal.snapshot import Snapshot
 from fisk_sm.loop.actions import INTERRUPTED
 from fisk_sm.machine.guards import CALL_CANCELLED
-from fisk_sm.testing import FakeMessagesAPI, Reply
+from fisk_sm.testing import FakeMessagesAPI, Reply, turn_of
 
 pytestmark = pytest.mark.slow
 
@@ -76,27 +76,25 @@ def effect(label: str) -> str:
 
 
 class TurnAPI(FakeMessagesAPI):
-    """Answers by the number of assistant turns in the request, so a re-paid call is answered
-    the same way (the base class pops its script, which a repeated call would skew).
+    """Answers by the number of assistant turns in the request (a responder), so a re-paid
+    call is answered the same way.
 
     The final answer is held back until `released` is set: a random signal then always finds
     the run still going.
     """
 
     def __init__(self, script: Iterable[Reply]) -> None:
-        super().__init__()
+        super().__init__(responder=self._reply)
         self.script = tuple(script)
         self.released = threading.Event()
 
-    def _record(self, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, Reply | None]:
-        with self._lock:
-            self.requests.append(body)
-            self.request_headers.append(headers)
-            turn = sum(m.get("role") == "assistant" for m in body.get("messages", []))
-            n = len(self.requests)
+    def _reply(self, body: dict[str, Any]) -> Reply:
+        turn = turn_of(body)
         if turn == TURNS:
             self.released.wait(STALL)
-        return n, self.script[turn] if turn < len(self.script) else None
+        if turn >= len(self.script):
+            raise LookupError(f"no reply scripted for turn {turn}")
+        return self.script[turn]
 
 
 def script(rng: random.Random | None) -> list[Reply]:

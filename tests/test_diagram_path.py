@@ -87,9 +87,11 @@ def test_mermaid_shows_the_path_of_two_tool_turns(two_turns: Path) -> None:
     assert notes["completed"] == "×1 (end)"
     assert current == {"completed"}
     assert "budget_exhausted" not in notes and "suspended" not in notes
-    assert edges["budget_check", "execute"] == "2. accounted [tools_pending] ×2"
+    assert edges["budget_check", "gate"] == "2. accounted [tools_pending] ×2"
+    assert edges["gate", "execute"] == "2. gated [else] ×2"
     assert edges["execute", "feed_back"] == "2. tool_done [else] ×2"
-    assert edges["execute", "execute"] == "1. tool_done [tools_pending]"  # never fired
+    assert edges["execute", "gate"] == "1. tool_done [tools_pending]"  # never fired
+    assert edges["gate", "awaiting_approval"] == "1. gated [approval_pending]"  # nothing gated
     assert edges["decide", "completed"] == "2. decided [turn_is_final] ×1"
 
 
@@ -112,11 +114,11 @@ def test_svg_shows_the_path_of_two_tool_turns(two_turns: Path) -> None:
     assert nodes["execute"] == ("node visited", "execute ×2")
     assert nodes["completed"] == ("node visited current", "completed ×1 (end)")
     assert nodes["failed"][0] == "node unvisited"
-    assert edges["budget_check__accounted__execute"] == (
+    assert edges["budget_check__accounted__gate"] == (
         "edge fired",
         "2. accounted [tools_pending] ×2",
     )
-    assert edges["execute__tool_done__execute"][0] == "edge unfired"
+    assert edges["execute__tool_done__gate"][0] == "edge unfired"
 
 
 async def test_two_sessions_compared(api: FakeMessagesAPI, tmp_path: Path) -> None:
@@ -130,10 +132,10 @@ async def test_two_sessions_compared(api: FakeMessagesAPI, tmp_path: Path) -> No
     assert notes["budget_exhausted"] == "0/1 (B end) B only"
     assert notes["completed"] == "1/0 (A end) A only"
     assert notes["call"] == "3/1"
-    assert edges["budget_check", "execute"] == "2. accounted [tools_pending] 2/0"
+    assert edges["budget_check", "gate"] == "2. accounted [tools_pending] 2/0"
     assert current == {"completed", "budget_exhausted"}
     assert "note left of suspend_check : A = two (now completed), B = broke" in text
-    assert "class execute,feed_back,completed only_a" in text
+    assert "class gate,execute,feed_back,completed only_a" in text
     nodes, _ = svg_nodes(diagram(tmp_path, tmp_path / "c.svg", "svg", "two", "broke"))
     assert nodes["budget_exhausted"][0] == "node only_b current"
 
@@ -194,5 +196,5 @@ async def test_report_is_one_self_contained_page(api: FakeMessagesAPI, tmp_path:
     assert "<summary>thinking</summary><pre>add &lt;b&gt;first&lt;/b&gt;</pre>" in page
     assert details[1].startswith("tool call add (") and details[2].startswith("result of ")
     timeline = page[page.index("<h2>Timeline</h2>") : page.index("<h2>Transcript</h2>")]
-    assert timeline.count("<tr>") == 1 + 12  # the header, then one row per state entered
+    assert timeline.count("<tr>") == 1 + 13  # the header, then one row per state entered
     assert "in 42 out 5 cache 0/0" in timeline

@@ -55,8 +55,8 @@ async def test_one_state_entered_event_per_state_entry_in_order(api: FakeMessage
         entered += [e.state for e in new]
         assert new[-1].state == step.destination
     assert entered == [
-        "suspend_check", "call", "journal", "decide", "budget_check", "execute", "feed_back",
-        "suspend_check", "call", "journal", "decide", "completed",
+        "suspend_check", "call", "journal", "decide", "budget_check", "gate", "execute",
+        "feed_back", "suspend_check", "call", "journal", "decide", "completed",
     ]  # fmt: skip
     kinds = [type(e).__name__ for e in events]
     assert kinds[0] == "RunStarted"
@@ -77,7 +77,7 @@ async def test_one_state_entered_event_per_state_entry_in_order(api: FakeMessage
     assert [m.terminal for m in messages] == [False, True]
     assert messages[0].usage == Usage(input_tokens=10, output_tokens=5)
     # one iteration number everywhere: the model calls started when the event was made
-    assert [e.iteration for e in events.of(StateEntered)] == [0, 0, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2]
+    assert [e.iteration for e in events.of(StateEntered)] == [0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2]
     assert [m.iteration for m in messages] == [1, 2]
     assert [r.iteration for r in journal.records if isinstance(r, Assistant)] == [1, 2]
     assert ended.iteration == run.data.iteration == 2
@@ -125,7 +125,7 @@ async def test_events_no_sink_reads_are_not_built(
     api.add(Reply.tool_use("echo", {"text": "hi"}), Reply.text("bye"))
     both = Fanout((Picky(RunEnded), Picky(StateEntered, MessageReceived)))
     await Run.create(make_config(api), "go", RunOptions(tools=[echo], events=both)).run()
-    assert len(built) == 12 and len(joined) == 1 + 2 + 1  # a Fanout reads what any sink reads
+    assert len(built) == 13 and len(joined) == 1 + 2 + 1  # a Fanout reads what any sink reads
 
 
 def test_a_sink_without_wants_reads_everything_and_line_ui_reads_state_entries_only_in_trace() -> (
@@ -143,7 +143,7 @@ async def test_structlog_adapter_logs_every_event(api: FakeMessagesAPI) -> None:
         await run.run()
     names = [entry["event"] for entry in logs]
     assert names[0] == "run_started"
-    assert names.count("state_entered") == 12
+    assert names.count("state_entered") == 13
     assert names[-1] == "run_ended"
     called = next(e for e in logs if e["event"] == "tool_called")
     assert called["name"] == "echo" and called["log_level"] == "info"

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from fisk_sm.journal import filejournal
 from fisk_sm.journal.base import JournalError
+from fisk_sm.journal.filejournal import FileJournal
 from fisk_sm.journal.filestore import (
     CorruptJournalError,
     FileStore,
@@ -35,6 +37,7 @@ from fisk_sm.journal.records import (
     User,
     encode,
 )
+from fisk_sm.journal.writer import GroupCommitWriter
 
 
 def meta(run_id: str = "abc", model: str = "claude-test", prompt: str = "do it") -> Meta:
@@ -464,3 +467,51 @@ async def test_async_open_and_create(store: FileStore) -> None:
     with pytest.raises(SessionLockedError):
         await store.open_async("abc")
     await reopened.close()
+
+
+async def test_the_syncfs_writer_makes_many_journals_durable_with_few_syncs(
+    store: FileStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writer = GroupCommitWriter(syncfs=True)
+    if writer._syncfs is None:
+        pytest.skip("no syncfs(2) in this C library")
+    calls: list[str] = []
+    real_syncfs, real_fsync = writer._syncfs, os.fsync
+    writer._syncfs = lambda fd: (calls.append("syncfs"), real_syncfs(fd))[1]
+    monkeypatch.setattr(os, "fsync", lambda fd: (calls.append("fsync"), real_fsync(fd))[1])
+    monkeypatch.setattr(filejournal, "shared_writer", lambda: writer)
+    journals = [store.create(meta(f"run{i}")) for i in range(20)]
+    calls.clear()  # the creates fsync on their own thread
+
+    async def three(journal: FileJournal) -> None:
+        for seq in (2, 3, 4):
+            await journal.append(user(seq))
+
+    async with asyncio.timeout(60):
+        await asyncio.gather(*(three(journal) for journal in journals))
+        await asyncio.gather(*(journal.close() for journal in journals))
+    for i in range(20):
+        assert store.load(f"run{i}") == [meta(f"run{i}"), user(2), user(3), user(4)]
+    assert "syncfs" in calls and len(calls) < 60  # batches of files shared one syncfs
+
+
+def test_the_lock_probe_tells_a_held_lock_and_creates_nothing(store: FileStore) -> None:
+    make(store, "abc", 2)
+    with store.open("abc"):
+        assert store.lock_held("abc")
+        [info] = store.list()
+        assert (info.status, info.owner) == ("open", "live")
+        assert store.lock_held("abc")  # the probe did not take the lock from its owner
+    assert not store.lock_held("abc")
+    assert [(i.status, i.owner) for i in store.list()] == [("open", "gone")]
+    store.lock_path("abc").unlink()  # no lock file at all: free, and none is made
+    assert [(i.status, i.owner) for i in store.list()] == [("open", "gone")]
+    assert not store.lock_path("abc").exists()
+    store.lock_path("abc").symlink_to(store.directory / "elsewhere")  # never followed
+    assert not store.lock_held("abc") and not (store.directory / "elsewhere").exists()
+    with pytest.raises(JournalError, match="symlink"):  # as before: a planted lock is refused
+        store.open("abc")
+    store.lock_path("abc").unlink()
+    with store.open("abc") as journal:
+        journal.append_sync(Terminal(3, "completed"))
+    assert [(i.status, i.owner) for i in store.list()] == [("completed", "")]

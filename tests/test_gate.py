@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from fisk_sm.events.types import Recorder
 from fisk_sm.operator.prompter import (
     Approval,
     ApprovalRequest,
@@ -21,7 +22,7 @@ from fisk_sm.operator.prompter import (
 )
 from fisk_sm.operator.sanitize import sanitize, strip_control
 from fisk_sm.tools.base import Outcome, Tool
-from fisk_sm.tools.gate import Gate
+from fisk_sm.tools.gate import Audit, Gate, denial
 
 NO_OPERATOR = "no interactive terminal is attached, so no operator could be asked"
 FINAL = "this decision is final, do not retry"
@@ -53,6 +54,33 @@ def denial_reason(outcome: Outcome | None) -> str:
     return reason
 
 
+AUDIT = Audit("run-1", "toolu_01", Recorder())
+
+
+async def check(
+    gate: Gate, tool: Tool, arguments: Mapping[str, Any], allowed: set[str] | None = None
+) -> Outcome | None:
+    """One call through the gate's two halves, as the `gate` and `awaiting_approval` states
+    take it: None if it may run, else the denial handed to the model; an "always" answer adds
+    the tool to `allowed` (the run's memory)."""
+    allowed = set() if allowed is None else allowed
+    verdict = gate.screen(tool, arguments, AUDIT, allowed)
+    if verdict is None:
+        return None
+    if isinstance(verdict, str):
+        return denial(verdict)
+    answer, reason = await gate.ask(verdict, AUDIT)
+    if answer is Approval.ALWAYS:
+        allowed.add(tool.name)
+    return denial(reason) if answer is Approval.NO else None
+
+
+def asked(tool: str, display: str, tag: str = "ai:confirm", **arguments: Any) -> ApprovalRequest:
+    return ApprovalRequest(
+        tool, display, tag, run_id="run-1", tool_use_id="toolu_01", arguments=arguments
+    )
+
+
 class FakeTTY(io.StringIO):
     def isatty(self) -> bool:
         return True
@@ -64,51 +92,51 @@ def is_safe(text: str) -> bool:
 
 async def test_nobody_to_ask_is_a_non_error_denial() -> None:
     gate = Gate(NoOperator())
-    outcome = await gate.check(make_tool(), {"env": "prod"})
+    outcome = await check(gate, make_tool(), {"env": "prod"})
     assert denial_reason(outcome) == NO_OPERATOR
     silent = ScriptedPrompter(available=False)
-    assert denial_reason(await Gate(silent).check(make_tool(), {})) == NO_OPERATOR
+    assert denial_reason(await check(Gate(silent), make_tool(), {})) == NO_OPERATOR
     assert silent.asked == []
 
 
 async def test_ungated_tool_runs_without_asking() -> None:
     prompter = ScriptedPrompter()
-    assert await Gate(prompter, ["deploy"]).check(make_tool(tags=("read",)), {}) is None
+    assert await check(Gate(prompter, ["deploy"]), make_tool(tags=("read",)), {}) is None
     assert prompter.asked == []
 
 
 async def test_once_allows_and_asks_again_next_time() -> None:
     prompter = ScriptedPrompter(approvals=[Approval.ONCE, Approval.ONCE])
     gate = Gate(prompter)
-    assert await gate.check(make_tool(), {"env": "prod"}) is None
-    assert await gate.check(make_tool(), {"env": "prod"}) is None
-    request = ApprovalRequest("deploy", 'deploy {"env": "prod"}', "ai:confirm")
+    assert await check(gate, make_tool(), {"env": "prod"}) is None
+    assert await check(gate, make_tool(), {"env": "prod"}) is None
+    request = asked("deploy", 'deploy {"env": "prod"}', env="prod")
     assert prompter.asked == [("approve", request), ("approve", request)]
-    assert gate.always_allowed == frozenset()
 
 
 async def test_always_is_remembered_by_tool_name_for_any_arguments() -> None:
     prompter = ScriptedPrompter(approvals=[Approval.ALWAYS, Approval.ONCE])
     gate = Gate(prompter)
-    assert await gate.check(make_tool(), {"env": "prod"}) is None
-    assert await gate.check(make_tool(), {"env": "staging", "force": True}) is None
+    allowed: set[str] = set()
+    assert await check(gate, make_tool(), {"env": "prod"}, allowed) is None
+    assert await check(gate, make_tool(), {"env": "staging", "force": True}, allowed) is None
     assert len(prompter.asked) == 1
     # Another gated tool is still asked about.
-    assert await gate.check(make_tool("drop_table"), {}) is None
+    assert await check(gate, make_tool("drop_table"), {}, allowed) is None
     assert [r.tool for _, r in prompter.asked] == ["deploy", "drop_table"]
-    assert gate.always_allowed == {"deploy"}
-    # Memory is per gate (per run), never persisted.
+    assert allowed == {"deploy"}
+    # The memory is the run's (`RunData.allowed`), not the gate's.
     with pytest.raises(AssertionError, match="unscripted approve"):
-        await Gate(ScriptedPrompter()).check(make_tool(), {})
+        await check(Gate(ScriptedPrompter()), make_tool(), {})
 
 
 async def test_no_is_final_and_asks_again_next_time() -> None:
     prompter = ScriptedPrompter(approvals=[Approval.NO, Approval.ONCE])
     gate = Gate(prompter)
-    reason = denial_reason(await gate.check(make_tool(), {}))
+    reason = denial_reason(await check(gate, make_tool(), {}))
     assert "declined" in reason and "do not retry" in reason
     assert reason == f"the operator declined to permit this command; {FINAL}"
-    assert await gate.check(make_tool(), {}) is None
+    assert await check(gate, make_tool(), {}) is None
     assert len(prompter.asked) == 2
 
 
@@ -117,13 +145,12 @@ async def test_prompt_errors_deny_without_remembering() -> None:
         approvals=[PromptError("stdin closed"), PromptCancelled("interrupted"), PromptError()]
     )
     gate = Gate(prompter)
-    assert denial_reason(await gate.check(make_tool(), {})) == (
+    assert denial_reason(await check(gate, make_tool(), {})) == (
         f"the operator did not permit this command: stdin closed; {FINAL}"
     )
-    assert denial_reason(await gate.check(make_tool(), {})) == (
-        f"the run ended before the operator could approve this command: interrupted; {FINAL}"
-    )
-    assert denial_reason(await gate.check(make_tool(), {})) == (
+    with pytest.raises(PromptCancelled):  # no answer: the approval stays pending
+        await check(gate, make_tool(), {})
+    assert denial_reason(await check(gate, make_tool(), {})) == (
         f"the operator did not permit this command: PromptError; {FINAL}"
     )
     assert len(prompter.asked) == 3
@@ -151,9 +178,9 @@ async def test_confirm_tags_match_exactly_trimmed_and_deduplicated() -> None:
 async def test_a_confirm_tag_gates_with_that_tag() -> None:
     prompter = ScriptedPrompter(approvals=[Approval.ONCE])
     gate = Gate(prompter, ["deploy"])
-    assert await gate.check(make_tool("ship", tags=("deploy",)), {}) is None
-    assert await gate.check(make_tool("ship_prod", tags=("deploy-prod",)), {}) is None
-    assert prompter.asked == [("approve", ApprovalRequest("ship", "ship {}", "deploy"))]
+    assert await check(gate, make_tool("ship", tags=("deploy",)), {}) is None
+    assert await check(gate, make_tool("ship_prod", tags=("deploy-prod",)), {}) is None
+    assert prompter.asked == [("approve", asked("ship", "ship {}", "deploy"))]
 
 
 def test_unmatched_tags_are_reported() -> None:
@@ -173,8 +200,8 @@ async def test_remote_tools_are_never_gated_locally() -> None:
     prompter = ScriptedPrompter()
     gate = Gate(prompter, ["deploy"])
     assert gate.gated_tag(remote) is None
-    assert await gate.check(remote, {}) is None
-    assert await Gate(NoOperator(), ["deploy"]).check(remote, {}) is None
+    assert await check(gate, remote, {}) is None
+    assert await check(Gate(NoOperator(), ["deploy"]), remote, {}) is None
     assert prompter.asked == []
     assert gate.gated_tools([remote]) == []
 
@@ -183,13 +210,13 @@ async def test_display_is_one_sanitized_capped_line() -> None:
     prompter = ScriptedPrompter(approvals=[Approval.ONCE, Approval.ONCE, Approval.ONCE])
     gate = Gate(prompter)
     shell = make_tool("sh", display=argv_line)
-    await gate.check(shell, {"argv": ["echo", "a\n\n  b", "x" * 3000]})
-    await gate.check(shell, {"argv": ["echo", "\x1b]0;t\x07safe"]})
+    await check(gate, shell, {"argv": ["echo", "a\n\n  b", "x" * 3000]})
+    await check(gate, shell, {"argv": ["echo", "\x1b]0;t\x07safe"]})
 
     def broken(name: str, arguments: Mapping[str, Any]) -> str:
         raise RuntimeError("renderer bug")
 
-    await gate.check(make_tool("odd", display=broken), {"k": "v"})
+    await check(gate, make_tool("odd", display=broken), {"k": "v"})
     long, marked, fallback = (request.display for _, request in prompter.asked)
     assert long.startswith("echo a b xxx") and "\n" not in long
     assert len(long) == 2000 and long.endswith("…")
@@ -215,7 +242,8 @@ async def test_model_escape_sequences_never_reach_the_approval_prompt() -> None:
     out = FakeTTY()
     gate = Gate(TerminalPrompter(FakeTTY("a\n"), out))
     shell = make_tool("sh", display=argv_line)
-    assert await gate.check(shell, {"argv": hostile}) is None
+    allowed: set[str] = set()
+    assert await check(gate, shell, {"argv": hostile}, allowed) is None
     shown = out.getvalue()
     for bad in ("\x1b", "\x07", "\x9b", "\r", "\x7f", "\u202e", "pwned"):
         assert bad not in shown, repr(bad)
@@ -225,12 +253,12 @@ async def test_model_escape_sequences_never_reach_the_approval_prompt() -> None:
     assert "[ai:confirm]? [o]nce / [a]lways / [N]o: " in shown
     assert "[terminal control sequences removed]" in shown
     # Answered "always": the next call is not asked about, and nothing more is shown.
-    assert await gate.check(shell, {"argv": ["rm", "\x1b[2J"]}) is None
+    assert await check(gate, shell, {"argv": ["rm", "\x1b[2J"]}, allowed) is None
     assert out.getvalue() == shown
     # The default JSON rendering escapes C0 controls visibly; C1 and bidi are stripped.
     out = FakeTTY()
     assert (
-        await Gate(TerminalPrompter(FakeTTY("o\n"), out)).check(make_tool("py"), {"argv": hostile})
+        await check(Gate(TerminalPrompter(FakeTTY("o\n"), out)), make_tool("py"), {"argv": hostile})
         is None
     )
     shown = out.getvalue()
@@ -260,12 +288,12 @@ async def test_terminal_prompter_needs_two_ttys_and_denies_at_end_of_input() -> 
     assert not TerminalPrompter(FakeTTY("o\n"), io.StringIO()).available
     assert (
         denial_reason(
-            await Gate(TerminalPrompter(io.StringIO("o\n"), FakeTTY())).check(make_tool(), {})
+            await check(Gate(TerminalPrompter(io.StringIO("o\n"), FakeTTY())), make_tool(), {})
         )
         == NO_OPERATOR
     )
     gate = Gate(TerminalPrompter(FakeTTY(""), FakeTTY()))
-    assert denial_reason(await gate.check(make_tool(), {})) == (
+    assert denial_reason(await check(gate, make_tool(), {})) == (
         f"the operator did not permit this command: end of input; {FINAL}"
     )
 

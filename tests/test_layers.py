@@ -19,6 +19,7 @@ LAYERS = [
     "tools",
     "loop",
     "testing",
+    "supervisor",
     "cli",
 ]
 IMPORT = re.compile(r"^\s*(?:from|import)\s+fisk_sm\.(\w+)", re.MULTILINE)

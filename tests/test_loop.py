@@ -36,8 +36,8 @@ async def test_steps_visit_the_loop_states_in_order(api: FakeMessagesAPI, tmp_pa
         steps.append(await run.step())
     visited = [steps[0].source] + [s.destination for s in steps]
     assert visited == [
-        "suspend_check", "call", "journal", "decide", "budget_check", "execute", "feed_back",
-        "suspend_check", "call", "journal", "decide", "completed",
+        "suspend_check", "call", "journal", "decide", "budget_check", "gate", "execute",
+        "feed_back", "suspend_check", "call", "journal", "decide", "completed",
     ]  # fmt: skip
     assert [s.trigger for s in steps[:3]] == ["boundary", "replied", "journaled"]
     second = api.requests[1]["messages"]

@@ -54,7 +54,9 @@ CANCELLED = ("suspended", "call_cancelled")
 UNUSABLE = ("failed", "turn_unusable")
 FINAL = ("completed", "turn_is_final")
 BUDGET = ("budget_exhausted", "over_budget")
-PENDING_EXEC = ("execute", "tools_pending")
+PENDING_GATE = ("gate", "tools_pending")
+ASKING = ("awaiting_approval", "approval_pending")
+STILL_PENDING = ("suspended", "approval_pending")
 
 
 @pytest.mark.parametrize(
@@ -70,10 +72,15 @@ PENDING_EXEC = ("execute", "tools_pending")
         ("journal", {}, "decide", None, []),
         ("decide", {"turn_is_final": True}, "completed", "turn_is_final", [UNUSABLE]),
         ("decide", {}, "budget_check", None, [UNUSABLE, FINAL]),
-        ("budget_check", {"tools_pending": True}, "execute", "tools_pending", [BUDGET]),
+        ("budget_check", {"tools_pending": True}, "gate", "tools_pending", [BUDGET]),
         ("budget_check", {"over_budget": True, "tools_pending": True},
          "budget_exhausted", "over_budget", []),
-        ("execute", {}, "feed_back", None, [PENDING_EXEC]),
+        ("gate", {}, "execute", None, [ASKING]),
+        ("gate", {"approval_pending": True}, "awaiting_approval", "approval_pending", []),
+        ("awaiting_approval", {}, "execute", None, [STILL_PENDING]),
+        ("awaiting_approval", {"approval_pending": True}, "suspended", "approval_pending", []),
+        ("execute", {}, "feed_back", None, [PENDING_GATE]),
+        ("execute", {"tools_pending": True}, "gate", "tools_pending", []),
         ("feed_back", {}, "suspend_check", None, []),
     ],
 )  # fmt: skip
@@ -142,7 +149,7 @@ async def test_a_run_steps_report_the_guards_its_data_decided(api: FakeMessagesA
         unusable,
         GuardCheck("completed", "turn_is_final", False),
     )
-    tools = steps["budget_check", "execute"]
+    tools = steps["budget_check", "gate"]
     assert tools.guard == "tools_pending"
     assert tools.tried == (GuardCheck("budget_exhausted", "over_budget", False),)
     final = steps["decide", "completed"]

@@ -134,9 +134,11 @@ async def test_two_tool_turns_count_execute_twice_per_batch_of_two(api: FakeMess
     path = session_path(records_of(run))
     states = path.state_counts()
     assert (states["execute"], states["call"], states["completed"]) == (3, 3, 1)
+    assert (states["gate"], states["awaiting_approval"]) == (3, 0)
     edges = path.transition_counts()
-    assert edges["execute", "tool_done", "execute"] == 1
-    assert edges["budget_check", "accounted", "execute"] == 2
+    assert edges["execute", "tool_done", "gate"] == 1
+    assert edges["budget_check", "accounted", "gate"] == 2
+    assert edges["gate", "gated", "execute"] == 3
     assert edges["decide", "decided", "completed"] == 1
     assert sum(edges.values()) == len(path.steps) - 1
 
@@ -230,8 +232,9 @@ def test_a_tool_started_twice_was_retried_after_a_crash() -> None:
         ToolResult(seq=5, tool_use_id="t", result={}),
     ]
     path = session_path(records)
-    assert path.edges[-4:] == (
-        ("budget_check", "accounted", "execute"),
+    assert path.edges[-5:] == (
+        ("budget_check", "accounted", "gate"),
+        ("gate", "gated", "execute"),
         ("execute", RESUME, "execute"),
         ("execute", "tool_done", "feed_back"),
         ("feed_back", "fed_back", "suspend_check"),

@@ -268,3 +268,44 @@ def test_a_signal_while_the_session_is_being_set_up_suspends_cleanly(
     snap = fold(FileStore(state).load("e1"))
     assert snap.status == "suspended" and snap.llm_calls <= 1
     assert "--resume e1" in err
+
+
+def listed_by_id(state: Path) -> tuple[dict[str, dict[str, str]], str]:
+    """`session ls --json` by session id, and the human table."""
+    rows = json.loads(fisk("session", "ls", "--json", "--state-dir", str(state)).stdout)
+    return {row["id"]: row for row in rows}, fisk("session", "ls", "--state-dir", str(state)).stdout
+
+
+def test_session_ls_tells_a_live_session_from_one_whose_owner_died(
+    agent: Path, api: FakeMessagesAPI, tmp_path: Path
+) -> None:
+    state = tmp_path / "state"
+    api.add(Reply.text("done"))  # a finished session: neither live nor orphaned
+    fisk("run", "-c", str(agent), "--checkpoint", "--name", "d1", "--state-dir", str(state), "go")
+    api.add(Reply.text("late", delay=STALL))  # the next run waits in its model call
+    owner = start_checkpointed(agent, "o1", state)
+    try:
+        wait_for(state / "o1.json", b'"type":"meta"')
+        deadline = time.monotonic() + STALL
+        while not api.requests:  # the run is in its model call, holding the lock
+            assert time.monotonic() < deadline, "the run never called the model"
+            time.sleep(0.01)
+        locks = sorted(p.name for p in state.iterdir())
+        rows, table = listed_by_id(state)
+        assert (rows["o1"]["status"], rows["o1"]["owner"]) == ("open", "live")
+        assert rows["o1"]["shown"] == "running (live)"
+        assert (rows["d1"]["status"], rows["d1"]["owner"]) == ("completed", "")
+        assert "running (live)" in next(line for line in table.splitlines() if "o1" in line)
+        assert sorted(p.name for p in state.iterdir()) == locks  # the probe created nothing
+    finally:
+        owner.send_signal(signal.SIGKILL)
+        owner.wait()
+    rows, table = listed_by_id(state)
+    assert (rows["o1"]["status"], rows["o1"]["owner"]) == ("open", "gone")
+    assert rows["o1"]["shown"] == "open (owner gone)"
+    assert "open (owner gone)" in next(line for line in table.splitlines() if "o1" in line)
+    assert rows["d1"]["shown"] == "completed"
+    api.add(Reply.text("resumed"))  # an orphaned session resumes: the probe left its lock free
+    resumed = fisk("run", "-c", str(agent), "--state-dir", str(state), "--resume", "o1")
+    assert resumed.returncode == 0 and resumed.stdout == "resumed\n", resumed.stderr
+    assert listed_by_id(state)[0]["o1"]["shown"] == "completed"

@@ -74,7 +74,7 @@ def test_step_in_a_terminal(agent: Path, tmp_path: Path) -> None:
         child.sendline("c")
         child.expect_exact("stopped: tool add")
         child.expect_exact("\x1b[1;36mstate: execute (iteration 1)")  # a heading, in color
-        child.expect_exact("-> execute if tools_pending: false")  # the exit that will be taken:
+        child.expect_exact("-> gate if tools_pending: false")  # the exit that will be taken:
         child.expect_exact("-> feed_back (else)")
         child.expect_exact("next: feed_back")
         child.expect_exact('add {"a": 2, "b": 3}')

@@ -119,24 +119,31 @@ async def test_explain_before_a_tool(api: FakeMessagesAPI) -> None:
     run, _, _ = make_run(api, [adder([])])
     await run.run_until("budget_check")
     before = run.explain()
-    assert before.next == "execute"
+    assert before.next == "gate"
     assert [v.holds for v in before.exits] == [False, True, True]  # the else exit always holds
+    await run.step()
+    gate = run.explain()
+    assert (gate.state, gate.action, gate.next) == ("gate", "check_gate", None)
+    assert gate.exits == (
+        ExitView("awaiting_approval", "approval_pending", None),  # the screening decides it
+        ExitView("execute", None, True),
+    )
     await run.step()
     told = run.explain()
     assert told.state == "execute"
     assert told.action == "execute_tool"
     # the tool answers exactly the first call, so what stays pending is known before it runs
     assert told.exits == (
-        ExitView("execute", "tools_pending", True),
+        ExitView("gate", "tools_pending", True),
         ExitView("feed_back", None, True),
     )
-    assert told.next == "execute"
+    assert told.next == "gate"
     assert told.pending == (("add", {"a": 2, "b": 3}), ("mul", {"a": 4}))
     assert told.usage == run.data.usage
     text = str(told)
     assert "state: execute (iteration 1)" in text
-    assert "-> execute if tools_pending: true" in text
-    assert "next: execute" in text
+    assert "-> gate if tools_pending: true" in text
+    assert "next: gate" in text
     assert 'add {"a": 2, "b": 3}' in text
     assert "usage: input 10, output 5, cache read 0, cache create 0 (total 15)" in text
 

@@ -19,7 +19,10 @@ from fisk_sm.machine.evaluator import build_machine
 from fisk_sm.machine.guards import GUARDS
 from fisk_sm.machine.table import Table, TableError, load_table
 
-LOOP_STATES = ["suspend_check", "call", "journal", "decide", "budget_check", "execute", "feed_back"]
+LOOP_STATES = [
+    "suspend_check", "call", "journal", "decide", "budget_check",
+    "gate", "awaiting_approval", "execute", "feed_back",
+]  # fmt: skip
 TERMINALS = ["completed", "suspended", "budget_exhausted", "iterations_exhausted", "failed"]
 
 

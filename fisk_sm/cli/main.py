@@ -15,12 +15,14 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from fisk_sm.cli.ctl import add_ctl_parser, cmd_ctl
 from fisk_sm.cli.info import cmd_info
 from fisk_sm.cli.report import add_report_parser, cmd_report
 from fisk_sm.cli.run import EXIT_IO, UsageError, add_run_arguments, cmd_run
 from fisk_sm.cli.session import cmd_session, session_paths
 from fisk_sm.cli.step import HELP as STEP_HELP
 from fisk_sm.cli.step import cmd_step
+from fisk_sm.cli.supervise import add_supervise_parser, cmd_supervise
 from fisk_sm.config.agent import ConfigError
 from fisk_sm.journal.base import JournalError
 from fisk_sm.journal.filestore import JournalIOError
@@ -132,14 +134,21 @@ def build_parser() -> argparse.ArgumentParser:
     diagram.add_argument("--state-dir", type=Path, help="the sessions directory")
     diagram.add_argument("-c", "--config", type=Path, help="take the directory from agent.yaml")
     add_report_parser(sub)
+    add_supervise_parser(sub)
+    add_ctl_parser(sub)
 
     fake = sub.add_parser(
         "fake-api",
         help="serve a scripted fake Messages API on loopback",
-        description="Serve scripted replies (YAML or JSON list) as the Anthropic Messages API on"
-        " 127.0.0.1, for offline demos and tests. Point llm.base_url at it.",
+        description="Serve scripted replies (a YAML or JSON list, or a mapping of replies:"
+        " and conversations:) as the Anthropic Messages API on 127.0.0.1, for offline demos"
+        " and tests. Point llm.base_url at it.",
     )
-    fake.add_argument("--script", required=True, help="the reply script (YAML or JSON)")
+    fake.add_argument(
+        "--script",
+        required=True,
+        help="the reply script (YAML or JSON: a list, or replies: and conversations:)",
+    )
     fake.add_argument("--port", type=int, default=0, help="port (default: any free port)")
     fake.add_argument("--host", default="127.0.0.1", help="loopback address (default 127.0.0.1)")
     return parser
@@ -175,6 +184,8 @@ COMMANDS = {
     "diagram": cmd_diagram,
     "report": cmd_report,
     "fake-api": cmd_fake_api,
+    "supervise": cmd_supervise,
+    "ctl": cmd_ctl,
 }
 
 

@@ -12,13 +12,13 @@ from pathlib import Path
 from fisk_sm.cli.lineui import transcript_lines
 from fisk_sm.cli.run import store_for
 from fisk_sm.config.agent import load_config
-from fisk_sm.journal.filestore import fold_journal
+from fisk_sm.journal.filestore import SessionInfo, fold_journal
 from fisk_sm.journal.records import Assistant, Record, Terminal, ToolResult, ToolStarted
 from fisk_sm.journal.snapshot import tool_uses
 from fisk_sm.machine.path import SessionPath, session_path
 from fisk_sm.operator.sanitize import sanitize, say, strip_control
 
-__all__ = ["cmd_session", "record_line", "session_paths", "session_records"]
+__all__ = ["cmd_session", "record_line", "session_paths", "session_records", "shown_status"]
 
 
 def session_records(state_dir: Path | None, config: Path | None, run_id: str) -> list[Record]:
@@ -52,6 +52,16 @@ def record_line(record: Record) -> str:
     return {"Meta": "meta", "User": "user"}.get(kind, kind)
 
 
+def shown_status(info: SessionInfo) -> str:
+    """The status `session ls` shows: a live session (its lock is held) is `running (live)`,
+    an open one whose lock is free `open (owner gone)` (its process died: resume it)."""
+    if info.owner == "live":
+        return "running (live)"
+    if info.owner == "gone":
+        return "open (owner gone)"
+    return info.status
+
+
 def cmd_session(args: argparse.Namespace) -> int:
     """Dispatch `session ls|show|rm|fork`."""
     config = load_config(args.config) if args.config else None
@@ -68,6 +78,8 @@ def cmd_session(args: argparse.Namespace) -> int:
                     "updated": s.updated,
                     "prompt": s.prompt,
                     "problem": s.problem,
+                    "owner": s.owner,
+                    "shown": shown_status(s),
                 }
                 for s in sessions
             ]
@@ -80,7 +92,7 @@ def cmd_session(args: argparse.Namespace) -> int:
                 updated, prompt = "-", sanitize(s.problem, 200)
             else:
                 prompt = sanitize(s.prompt, 50)
-            cells = (sanitize(s.run_id, 200), sanitize(s.model, 24), s.status)
+            cells = (sanitize(s.run_id, 200), sanitize(s.model, 24), shown_status(s))
             out.write(f"{cells[0]:<32} {cells[1]:<24} {cells[2]:<20} {updated:<20} {prompt}\n")
         return 0
     if args.session_command == "show":

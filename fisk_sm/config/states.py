@@ -28,7 +28,9 @@ class States:
     # the turn's verdict
     DECIDE: Final = "decide"
     BUDGET_CHECK: Final = "budget_check"
-    # its tools
+    # its tools: each call is screened by the confirm gate, may wait for an answer, then runs
+    GATE: Final = "gate"
+    AWAITING_APPROVAL: Final = "awaiting_approval"
     EXECUTE: Final = "execute"
     FEED_BACK: Final = "feed_back"
     # the ends: a run stopped here can only be resumed (suspended) or inspected

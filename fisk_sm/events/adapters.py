@@ -19,12 +19,13 @@ import structlog
 from fisk_sm.events.linewriter import Lane, shared_line_writer
 from fisk_sm.events.types import Event, ToolFinished, WarningRaised
 
-__all__ = ["JsonLinesEvents", "StructlogEvents"]
+__all__ = ["JsonLinesEvents", "StructlogEvents", "event_fields"]
 
 OUTPUT_CAP = 2048
 
 
-def _fields(event: Event) -> dict[str, Any]:
+def event_fields(event: Event) -> dict[str, Any]:
+    """An event's fields as its adapters write them (a long tool output capped, and marked)."""
     fields = event.fields()
     if isinstance(event, ToolFinished) and len(event.output) > OUTPUT_CAP:
         fields["output"] = event.output[:OUTPUT_CAP]
@@ -40,7 +41,7 @@ class StructlogEvents:
 
     def emit(self, event: Event) -> None:
         """Log `event` under its kind, with its fields as key-value pairs."""
-        fields = _fields(event)
+        fields = event_fields(event)
         if isinstance(event, WarningRaised):
             self.logger.warning("agent advisory", **fields)
         else:
@@ -65,7 +66,7 @@ class JsonLinesEvents:
 
     def emit(self, event: Event) -> None:
         """Queue one line for `event`."""
-        line = json.dumps({"event": event.kind, **_fields(event)}, default=str)
+        line = json.dumps({"event": event.kind, **event_fields(event)}, default=str)
         shared_line_writer().put(self._lane, line + "\n")
 
     def close(self) -> None:

@@ -19,6 +19,7 @@ import contextlib
 import fcntl
 import os
 import re
+import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TypeVar
@@ -101,6 +102,9 @@ class SessionInfo:
     records: int
     #: Why a damaged session cannot be read (its status is "damaged"); empty otherwise.
     problem: str = ""
+    #: "live" while a process holds the session's lock (its run is going on); "gone" for an
+    #: open session whose lock is free (its owner died or was killed); "" otherwise.
+    owner: str = ""
 
 
 def _not_found(run_id: str, path: Path) -> SessionNotFoundError:
@@ -141,6 +145,22 @@ def _close_unclaimed(task: asyncio.Future[FileJournal]) -> None:
         task.result().close_sync()
 
 
+def _flock_exclusive(fd: int) -> None:
+    """Take `fd`'s exclusive lock without waiting for another run; a `session ls` probing the
+    lock holds it shared for a few microseconds, so a refusal is tried again briefly first."""
+    for _ in range(_LOCK_TRIES - 1):
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            time.sleep(0.002)
+        else:
+            return
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+_LOCK_TRIES = 5
+
+
 @attrs.frozen
 class FileStore:
     """Sessions as JSON Lines files in `directory`."""
@@ -165,7 +185,7 @@ class FileStore:
         with _errors(lock_path):
             fd = open_regular(lock_path, os.O_RDONLY | os.O_CREAT)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _flock_exclusive(fd)
             # A delete may have unlinked the lock file between our open and flock.
             if not os.path.lexists(lock_path) or lock_path.lstat().st_ino != os.fstat(fd).st_ino:
                 raise SessionLockedError(f"session '{run_id}' is being deleted")
@@ -176,6 +196,24 @@ class FileStore:
             os.close(fd)
             raise
         return fd
+
+    def lock_held(self, run_id: str) -> bool:
+        """Whether a process holds the session's lock now (its run is live).
+
+        A non-blocking shared flock on the lock file, released at once; nothing is created, and
+        a missing or planted lock file counts as free.
+        """
+        try:
+            fd = open_regular(self.lock_path(run_id), os.O_RDONLY)
+        except OSError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)  # and with it the shared lock, if it was granted
+        return False
 
     def create(self, meta: Meta) -> FileJournal:
         """Create session `meta.run_id` with `meta` (seq 1) as its first, durable record."""
@@ -305,4 +343,6 @@ class FileStore:
         ends = [r.reason for r in records if isinstance(r, Terminal)]
         model = str(meta.fingerprint.get("model", ""))
         status = ends[-1] if ends else "open"
-        return SessionInfo(path.stem, model, status, updated, meta.prompt, len(records))
+        live = self.lock_held(path.stem)
+        owner = "live" if live else "gone" if status == "open" else ""
+        return SessionInfo(path.stem, model, status, updated, meta.prompt, len(records), "", owner)

@@ -7,9 +7,12 @@ says where the run picks up:
 - the last turn journaled but none of its tools started: `decide`, so that the turn is classified
   and the budget checked again before any tool runs (a crash between the journal write and the
   terminal record cannot skip the budget);
-- some tools of the last turn answered or started: `execute`, with only the unanswered calls
-  pending. A call whose `tool_started` intent has no result is *interrupted*: its crash policy
-  decides whether it runs again.
+- some tools of the last turn answered, started or put to the operator: the first unanswered
+  call says where. Started without a result: `execute`, the call *interrupted* (its crash policy
+  decides whether it runs again). Asked (`approval_requested`) and not answered:
+  `awaiting_approval`, the request pending again, never denied. Answered: `execute` (a "no"
+  hands back its denial). Otherwise `gate`, which screens it afresh.
+- An "always" answer is remembered for the rest of the run (`allowed`).
 
 A `completed` terminal record makes the state `completed`; any other terminal record leaves the
 structural state, so a suspended, budget-stopped or failed run can be resumed. Only the last
@@ -30,6 +33,8 @@ from fisk_sm.config.states import States
 from fisk_sm.journal.base import JournalError
 from fisk_sm.journal.records import (
     FORMAT_VERSION,
+    ApprovalAnswered,
+    ApprovalRequested,
     Assistant,
     Meta,
     Record,
@@ -40,7 +45,7 @@ from fisk_sm.journal.records import (
 )
 from fisk_sm.journal.snapshot import Message, RunData, Snapshot, tool_uses
 
-__all__ = ["FoldError", "fold"]
+__all__ = ["FoldError", "approval_of", "fold"]
 
 
 class FoldError(JournalError):
@@ -73,6 +78,8 @@ def fold(records: Sequence[Record]) -> Snapshot:
     data = RunData.begin(meta.run_id, meta.prompt)
     turn: Assistant | None = None
     started: set[str] = set()
+    asked: dict[str, ApprovalRequested] = {}
+    answers: dict[str, ApprovalAnswered] = {}
     terminal: Terminal | None = None
     last_seq = meta.seq
 
@@ -81,6 +88,8 @@ def fold(records: Sequence[Record]) -> Snapshot:
             data.messages.append({"role": "user", "content": data.results})
         data.results = []
         started.clear()
+        asked.clear()
+        answers.clear()
 
     for record in records[1:]:
         if record.seq <= last_seq:
@@ -96,6 +105,17 @@ def fold(records: Sequence[Record]) -> Snapshot:
             data.llm_calls += 1
             data.iteration = data.llm_calls
             data.usage, data.last_usage = data.usage + record.usage, record.usage
+        elif isinstance(record, ApprovalRequested | ApprovalAnswered):
+            if turn is None:
+                raise FoldError(f"an approval record before any assistant turn at seq {record.seq}")
+            if isinstance(record, ApprovalRequested):
+                asked[record.tool_use_id] = record
+            else:
+                if record.tool_use_id not in asked:
+                    raise FoldError(f"an answer to an approval never asked at seq {record.seq}")
+                answers[record.tool_use_id] = record
+                if record.answer == "always":
+                    data.allowed.append(asked[record.tool_use_id].name)
         elif isinstance(record, ToolStarted | ToolResult):
             if turn is None:
                 raise FoldError(f"a tool record before any assistant turn at seq {record.seq}")
@@ -111,7 +131,7 @@ def fold(records: Sequence[Record]) -> Snapshot:
             _merge_user(data.messages, record.message)
         elif isinstance(record, Terminal):
             terminal = record
-    state = _resume_state(data, turn, started)
+    state = _resume_state(data, turn, started, asked, answers)
     if turn is not None and state == States.SUSPEND_CHECK:
         commit()
     if terminal is not None and terminal.reason == States.COMPLETED:
@@ -127,7 +147,13 @@ def fold(records: Sequence[Record]) -> Snapshot:
     )
 
 
-def _resume_state(data: RunData, turn: Assistant | None, started: set[str]) -> str:
+def _resume_state(
+    data: RunData,
+    turn: Assistant | None,
+    started: set[str],
+    asked: dict[str, ApprovalRequested],
+    answers: dict[str, ApprovalAnswered],
+) -> str:
     """Where a folded run continues; fills the pending batch of an open turn."""
     if turn is None:
         return States.SUSPEND_CHECK
@@ -136,9 +162,34 @@ def _resume_state(data: RunData, turn: Assistant | None, started: set[str]) -> s
     unanswered = [u for u in uses if u["id"] not in answered]
     if uses and not unanswered:
         return States.SUSPEND_CHECK
-    if not answered and not started:
+    if not answered and not started and not asked:
         data.pending = uses
         return States.DECIDE
     data.pending = unanswered
     data.interrupted = [u["id"] for u in unanswered if u["id"] in started]
-    return States.EXECUTE
+    if not unanswered:
+        raise FoldError("tool or approval records for a turn that called no tool")
+    first = unanswered[0]["id"]
+    if first in started:
+        return States.EXECUTE
+    answer = answers.get(first)
+    if answer is not None:
+        if answer.answer == "no":
+            data.denials[first] = answer.reason or ""
+        return States.EXECUTE
+    request = asked.get(first)
+    if request is not None:
+        data.approval = approval_of(request)
+        return States.AWAITING_APPROVAL
+    return States.GATE
+
+
+def approval_of(request: ApprovalRequested) -> dict[str, Any]:
+    """The pending approval a run holds (`RunData.approval`) for `request`."""
+    return {
+        "run_id": request.run_id,
+        "tool_use_id": request.tool_use_id,
+        "name": request.name,
+        "input": dict(request.input),
+        "tag": request.tag,
+    }

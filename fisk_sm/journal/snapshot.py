@@ -56,6 +56,12 @@ class RunData:
     error: str | None = None
     interrupted: list[str] = attrs.Factory(list)
     tool_kinds: dict[str, int] = attrs.Factory(dict)
+    #: The gated call waiting for the operator's answer: run_id, tool_use_id, name, input, tag.
+    approval: dict[str, Any] | None = None
+    #: The calls of this turn the operator denied, by tool_use_id: why ("" for a plain no).
+    denials: dict[str, str] = attrs.Factory(dict)
+    #: The tools the operator answered "always" for, for the rest of the run.
+    allowed: list[str] = attrs.Factory(list)
 
     @classmethod
     def begin(cls, run_id: str, prompt: str) -> RunData:
@@ -94,6 +100,9 @@ class Snapshot:
     created: str = ""
     fingerprint: dict[str, Any] = attrs.Factory(dict)
     tool_kinds: dict[str, int] = attrs.Factory(dict)
+    approval: dict[str, Any] | None = None
+    denials: dict[str, str] = attrs.Factory(dict)
+    allowed: tuple[str, ...] = ()
 
     @property
     def completed(self) -> bool:

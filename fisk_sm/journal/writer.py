@@ -22,6 +22,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import ctypes
+import ctypes.util
 import errno
 import os
 import threading
@@ -93,10 +95,15 @@ def _settle(outcomes: list[tuple[asyncio.Future[None], OSError | None]]) -> None
 class GroupCommitWriter:
     """A daemon thread that commits queued appends in batches; see the module docstring."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, threads: int = FSYNC_THREADS, syncfs: bool = False) -> None:
+        """`threads` fsync a batch's files in parallel (1: one after another on the writer
+        thread); `syncfs` makes a batch one `syncfs(2)` of the filesystem instead (Linux; it
+        flushes every file there, other processes' included; measured in bench/journal.py)."""
         self._batches: Batches[_Append | _After] = Batches()
         self._thread: threading.Thread | None = None
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._threads = threads
+        self._syncfs = _libc_syncfs() if syncfs else None
 
     def submit(self, channel: Channel, data: bytes, *, sync: bool = True) -> asyncio.Future[None]:
         """Queue `data` for `channel`'s file; the future resolves once it is durable.
@@ -160,8 +167,11 @@ class GroupCommitWriter:
                 if item.sync:
                     touched[channel] = None
         to_sync = [channel for channel in touched if channel.failure is None]
-        if len(to_sync) == 1:
-            _fsync(to_sync[0])
+        if self._syncfs is not None and len(to_sync) > 1:
+            self._sync_filesystem(self._syncfs, to_sync)
+        elif len(to_sync) == 1 or (to_sync and self._threads <= 1):
+            for channel in to_sync:
+                _fsync(channel)
         elif to_sync:
             list(self._fsync_pool().map(_fsync, to_sync))
         by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[None], OSError | None]]]
@@ -186,9 +196,28 @@ class GroupCommitWriter:
     def _fsync_pool(self) -> concurrent.futures.ThreadPoolExecutor:
         if self._pool is None:
             self._pool = concurrent.futures.ThreadPoolExecutor(
-                FSYNC_THREADS, thread_name_prefix="fisk-fsync"
+                self._threads, thread_name_prefix="fisk-fsync"
             )
         return self._pool
+
+    @staticmethod
+    def _sync_filesystem(syncfs: Callable[[int], int], channels: list[Channel]) -> None:
+        """One syncfs of the filesystem of the batch's first file; should it fail (or the files
+        lie on several filesystems), each file is fsynced as usual."""
+        devices = {os.fstat(channel.fd).st_dev for channel in channels}
+        if len(devices) != 1 or syncfs(channels[0].fd) != 0:
+            for channel in channels:
+                _fsync(channel)
+
+
+def _libc_syncfs() -> Callable[[int], int] | None:
+    """`syncfs(2)` from the C library (not in Python's `os`); None where there is none."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        syncfs: Callable[[int], int] = libc.syncfs
+    except (OSError, AttributeError):
+        return None
+    return syncfs
 
 
 _SHARED = PerProcess(GroupCommitWriter)

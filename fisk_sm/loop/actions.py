@@ -11,14 +11,22 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 from fisk_sm.events.types import MessageReceived, ToolCalled, ToolFinished, WarningRaised, wants
-from fisk_sm.journal.records import Assistant, ToolResult, ToolStarted
+from fisk_sm.journal.fold import approval_of
+from fisk_sm.journal.records import (
+    ApprovalAnswered,
+    ApprovalRequested,
+    Assistant,
+    ToolResult,
+    ToolStarted,
+)
 from fisk_sm.journal.snapshot import RunData, Usage, tool_uses
 from fisk_sm.loop.harness import Harness
 from fisk_sm.loop.inflight import CallCancelled, InFlight
 from fisk_sm.machine.guards import turn_is_final, unusable_turn
 from fisk_sm.model.anthropic import ModelError
+from fisk_sm.operator.prompter import Approval, PromptCancelled
 from fisk_sm.tools.base import Outcome, Tool
-from fisk_sm.tools.gate import Audit
+from fisk_sm.tools.gate import Audit, denial
 
 __all__ = ["ACTIONS", "INTERRUPTED", "Phase"]
 
@@ -132,9 +140,8 @@ async def execute_tool(run: Phase) -> None:
     data.tool_kinds[kind] = data.tool_kinds.get(kind, 0) + 1
     outcome = await _interrupted(run, known, use_id, arguments)
     outcome = outcome or harness.tools.rejection(name, arguments)
-    if outcome is None and known is not None:
-        audit = Audit(data.run_id, use_id, harness.events)
-        outcome = await harness.gate.check(known, arguments, audit)
+    if outcome is None and use_id in data.denials:
+        outcome = denial(data.denials.pop(use_id))
     if outcome is not None:
         if outcome.warning:
             warning = WarningRaised(
@@ -195,6 +202,61 @@ async def _interrupted(
     return Outcome(INTERRUPTED, is_error=True, warning="tool_interrupted")
 
 
+async def check_gate(run: Phase) -> None:
+    """Screen the first pending call: it runs, it is denied (nobody to ask), or it must be
+    asked, and then the request is journaled and becomes the run's pending approval."""
+    data, harness = run.data, run.harness
+    call = data.pending[0]
+    use_id = call["id"]
+    tool = harness.tools.tools.get(call["name"])
+    arguments = call.get("input") or {}
+    if tool is None or use_id in data.interrupted:
+        return  # execute rejects an unknown tool; an interrupted call was let through before
+    if harness.tools.rejection(call["name"], arguments) is not None:
+        return
+    audit = Audit(data.run_id, use_id, harness.events)
+    verdict = harness.gate.screen(tool, arguments, audit, data.allowed)
+    if isinstance(verdict, str):
+        data.denials[use_id] = verdict
+    elif verdict is not None:
+        request = ApprovalRequested(
+            seq=run.next_seq(),
+            run_id=data.run_id,
+            tool_use_id=use_id,
+            name=tool.name,
+            input=dict(arguments),
+            tag=verdict.tag,
+        )
+        await harness.journal.append(request)
+        data.approval = approval_of(request)
+
+
+async def await_approval(run: Phase) -> None:
+    """Wait for the operator's answer to the pending approval, holding no slot, and journal
+    it. A suspend (before or during the wait) leaves it pending: the run then suspends and a
+    resume asks again."""
+    data, harness = run.data, run.harness
+    pending = data.approval
+    if pending is None or run.suspend_requested:
+        return
+    use_id, name = pending["tool_use_id"], pending["name"]
+    audit = Audit(data.run_id, use_id, harness.events)
+    request = harness.gate.request(pending, harness.tools.tools.get(name))
+    try:
+        answer, reason = await run.in_flight.run(harness.gate.ask(request, audit))
+    except (CallCancelled, PromptCancelled):
+        return
+    record = ApprovalAnswered(
+        seq=run.next_seq(), tool_use_id=use_id, answer=answer.value, reason=reason or None
+    )
+    await harness.journal.append(record)
+    data.approval = None
+    if answer is Approval.NO:
+        data.denials[use_id] = reason
+    elif answer is Approval.ALWAYS and name not in data.allowed:
+        data.allowed.append(name)
+
+
 async def feed_back_results(run: Phase) -> None:
     """All results of the turn become one user message, the next call's input."""
     data = run.data
@@ -210,6 +272,8 @@ ACTIONS: dict[str, Callable[[Any], Awaitable[None]]] = {
         journal_turn,
         decide_turn,
         account_tokens,
+        check_gate,
+        await_approval,
         execute_tool,
         feed_back_results,
     )

@@ -44,6 +44,8 @@ ACTION_EFFECTS: Mapping[str, frozenset[str]] = {
     "decide_turn": frozenset({"call_failed"}),  # it records an unusable turn as the error
     "account_tokens": frozenset(),
     # what a tool returns cannot change these; which calls stay pending is previewed below
+    "check_gate": frozenset({"approval_pending"}),
+    "await_approval": frozenset({"approval_pending"}),
     "execute_tool": frozenset({"turn_is_final", "turn_unusable"}),
     "feed_back_results": frozenset(),
 }

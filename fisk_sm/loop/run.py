@@ -130,9 +130,13 @@ class Run:
         new one starts: the `call` state then exits to `suspended` at once (`call_cancelled`),
         nothing of the cancelled call is journaled, and a resume calls the model again. A tool
         that is running still finishes: elsewhere `now` changes nothing.
+
+        A run waiting for the operator's answer (`awaiting_approval`) stops waiting either way:
+        the approval stays pending (journaled as asked, never denied), the run ends `suspended`
+        and a resume asks again.
         """
         self.suspend_requested = True
-        if now:
+        if now or self.state == States.AWAITING_APPROVAL:
             self.in_flight.cancel()
 
     async def _begin(self) -> None:

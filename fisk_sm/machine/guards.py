@@ -10,7 +10,7 @@ cannot be used and why a run ended.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 from fisk_sm.config.agent import Budget
 from fisk_sm.config.states import States
@@ -22,6 +22,7 @@ __all__ = [
     "REFUSED",
     "TRUNCATED",
     "Facts",
+    "awaiting_approval_message",
     "terminal_message",
     "unusable_turn",
 ]
@@ -98,6 +99,11 @@ def tools_pending(run: Facts) -> bool:
     return bool(run.data.pending)
 
 
+def approval_pending(run: Facts) -> bool:
+    """The first pending call waits for the operator's answer (asked, not yet answered)."""
+    return run.data.approval is not None
+
+
 GUARDS = {
     f.__name__: f
     for f in (
@@ -109,8 +115,14 @@ GUARDS = {
         turn_unusable,
         over_budget,
         tools_pending,
+        approval_pending,
     )
 }
+
+
+def awaiting_approval_message(approval: dict[str, Any]) -> str:
+    """The message of a run suspended while an approval was pending."""
+    return f"suspended awaiting approval of {approval.get('name')} ({approval.get('tool_use_id')})"
 
 
 def terminal_message(state: str, run: Facts) -> str | None:
@@ -118,6 +130,8 @@ def terminal_message(state: str, run: Facts) -> str | None:
     data, budget = run.data, run.budget
     if state == States.SUSPENDED and run.call_cancelled:
         return CALL_CANCELLED
+    if state == States.SUSPENDED and data.approval is not None:
+        return awaiting_approval_message(data.approval)
     if state == States.FAILED:
         return data.error
     if state == States.BUDGET_EXHAUSTED:

@@ -8,8 +8,11 @@ journaled for the path: it costs the journal no byte and no fsync.
 How the records map to the machine:
 
 - `meta` enters the initial state (`suspend_check`);
-- the `journal` state's action consumes one `assistant` record, and the `execute` state's one
-  tool of the turn: its `tool_started` (absent for a rejected call) and its `tool_result`;
+- the `journal` state's action consumes one `assistant` record, the `gate` state's the
+  `approval_requested` of the first pending call (when the operator was asked),
+  `awaiting_approval`'s its `approval_answered` (absent when a suspend cut the wait), and the
+  `execute` state's one tool of the turn: its `tool_started` (absent for a rejected or denied
+  call) and its `tool_result`;
 - a `terminal` record is consumed as the run enters the terminal state it names; when records
   follow it, the session was resumed: a `resume` step leads from the terminal state to the
   state `fold` resumes in;
@@ -21,9 +24,9 @@ failed call, the budgets) hold exactly when the next record is the terminal reco
 to. A suspend-now that cut the call in flight journals nothing of the call: its `suspended`
 record, whose message is `CALL_CANCELLED`, is read as the `call_cancelled` exit of `call`, any
 other `suspended` record as a boundary's `suspend_requested`. With no record left the replay
-stops where `fold` would resume (`suspend_check`, `decide`, or `execute` for a tool without a
-result), so an open session's current state is its resume state. A crash leaves no record, so
-what a killed process did after its last durable record is
+stops where `fold` would resume (`suspend_check`, `decide`, `gate`, `awaiting_approval`, or
+`execute` for a tool without a result), so an open session's current state is its resume
+state. A crash leaves no record, so what a killed process did after its last durable record is
 not on the path (a tool started twice shows as a `resume` of `execute`).
 """
 
@@ -38,8 +41,18 @@ import attrs
 
 from fisk_sm.config.states import States
 from fisk_sm.journal.base import JournalError
-from fisk_sm.journal.fold import fold
-from fisk_sm.journal.records import Assistant, Meta, Record, Terminal, ToolResult, ToolStarted, User
+from fisk_sm.journal.fold import approval_of, fold
+from fisk_sm.journal.records import (
+    ApprovalAnswered,
+    ApprovalRequested,
+    Assistant,
+    Meta,
+    Record,
+    Terminal,
+    ToolResult,
+    ToolStarted,
+    User,
+)
 from fisk_sm.journal.snapshot import RunData, tool_uses
 from fisk_sm.machine.evaluator import LoopMachine, build_machine
 from fisk_sm.machine.guards import CALL_CANCELLED, GUARDS
@@ -60,9 +73,11 @@ _EVIDENCE: dict[str, tuple[str, bool | None]] = {
     "over_budget": (States.BUDGET_EXHAUSTED, None),
 }
 # Guards over the turn, evaluated on the replayed turn as a live run evaluates them.
-_REPLAYED = ("turn_unusable", "turn_is_final", "tools_pending")
+_REPLAYED = ("turn_unusable", "turn_is_final", "tools_pending", "approval_pending")
 # Where the replay stops when no record is left: the states `fold` resumes in.
-_RESTING = frozenset({States.SUSPEND_CHECK, States.DECIDE, States.EXECUTE})
+_RESTING = frozenset(
+    {States.SUSPEND_CHECK, States.DECIDE, States.GATE, States.AWAITING_APPROVAL, States.EXECUTE}
+)
 
 
 class PathError(JournalError):
@@ -235,9 +250,26 @@ class _Walk:
             self.take()
             data = self.run.data
             data.stop_reason, data.pending = ahead.stop_reason, tool_uses(ahead.message)
+        elif state == States.GATE:
+            self.screen()
+        elif state == States.AWAITING_APPROVAL:
+            answer = self.ahead
+            if isinstance(answer, ApprovalAnswered):
+                self.take()
+                self.run.data.approval = None
         elif state == States.EXECUTE:
             return self.execute()
         return True
+
+    def screen(self) -> None:
+        """Consume the request the gate journaled for the first pending call, if it asked."""
+        pending = self.run.data.pending
+        if not pending:
+            raise self.fail("a pending tool call")
+        ahead = self.ahead
+        if isinstance(ahead, ApprovalRequested) and ahead.tool_use_id == pending[0]["id"]:
+            self.take()
+            self.run.data.approval = approval_of(ahead)
 
     def execute(self) -> bool:
         """Consume the first pending tool's records; False while its result is missing."""

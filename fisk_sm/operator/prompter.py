@@ -9,8 +9,10 @@ that asks the operator to approve it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import sys
+import threading
 from collections.abc import Sequence
 from typing import Any, Protocol, TextIO
 
@@ -41,11 +43,15 @@ class Approval(enum.Enum):
 
 @attrs.frozen
 class ApprovalRequest:
-    """A gated call put to the operator: tool, the call as one sanitized line, gating tag."""
+    """A gated call put to the operator: tool, the call as one sanitized line, gating tag; and,
+    for an operator answering many runs (a supervisor), whose call it is and its arguments."""
 
     tool: str
     display: str
     tag: str
+    run_id: str = ""
+    tool_use_id: str = ""
+    arguments: dict[str, Any] = attrs.field(factory=dict)
 
 
 class PromptError(Exception):
@@ -168,11 +174,39 @@ class ScriptedPrompter:
         return answer
 
 
+async def _read_line(stream: TextIO) -> str:
+    """One line from `stream`, read in a daemon thread: a prompt abandoned by a suspend leaves
+    the thread blocked on the terminal, and a daemon thread does not keep the process alive."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[str] = loop.create_future()
+
+    def settle(line: str | None, error: BaseException | None) -> None:
+        if future.done():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(line or "")
+
+    def read() -> None:
+        line: str | None = None
+        error: BaseException | None = None
+        try:
+            line = stream.readline()
+        except BaseException as exc:  # handed to the waiting coroutine
+            error = exc
+        with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits any more
+            loop.call_soon_threadsafe(settle, line, error)
+
+    threading.Thread(target=read, name="fisk-sm-prompt", daemon=True).start()
+    return await future
+
+
 class TerminalPrompter:
     """Asks on the terminal: prompts on `stream_out` (stderr), answers from `stream_in` (stdin).
 
     Available only when both streams are TTYs. Every string shown goes through `sanitize`.
-    Reading happens in a worker thread; end of input raises `PromptError`.
+    Reading happens in a daemon thread; end of input raises `PromptError`.
     """
 
     def __init__(self, stream_in: TextIO | None = None, stream_out: TextIO | None = None) -> None:
@@ -188,7 +222,7 @@ class TerminalPrompter:
         # defence, keeping the newlines the layout itself uses.
         self.stream_out.write(strip_control(prompt))
         self.stream_out.flush()
-        line: str = await asyncio.to_thread(self.stream_in.readline)
+        line = await _read_line(self.stream_in)
         if not line:
             raise PromptError("end of input")
         return line.strip()

@@ -23,7 +23,7 @@ from typing import Any
 import attrs
 import yaml
 
-__all__ = ["Reply", "ScriptError", "load_script"]
+__all__ = ["Reply", "ScriptError", "ScriptFile", "load_script", "load_script_file"]
 
 _CACHE_KEYS = ("cache_read_input_tokens", "cache_creation_input_tokens")
 _USAGE_KEYS = ("input_tokens", "output_tokens", *_CACHE_KEYS)
@@ -225,6 +225,21 @@ def _parse_item(item: object, where: str) -> Reply:
         raise fail(str(exc)) from None
 
 
+def _read(path: str | Path) -> object:
+    name = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+        return json.loads(text) if name.endswith(".json") else yaml.safe_load(text)
+    except (OSError, ValueError, yaml.YAMLError) as exc:
+        raise ScriptError(f"{name}: {exc}") from exc
+
+
+def _replies(data: object, where: str) -> tuple[Reply, ...]:
+    if not isinstance(data, list):
+        raise ScriptError(f"{where}: expected a list of replies, got {type(data).__name__}")
+    return tuple(_parse_item(item, f"{where}: item {i}") for i, item in enumerate(data))
+
+
 def load_script(path: str | Path) -> tuple[Reply, ...]:
     """Read a YAML (or JSON) list of replies; error messages number items from 0.
 
@@ -234,12 +249,50 @@ def load_script(path: str | Path) -> tuple[Reply, ...]:
     (an error reply's message). ``body`` (any JSON value) or ``raw`` (a string) is the whole
     response body instead, sent with ``content_type`` (default ``application/json``).
     """
+    return _replies(_read(path), str(path))
+
+
+@attrs.frozen
+class ScriptFile:
+    """A script file's contents: ordered ``replies`` and per-conversation scripts."""
+
+    replies: tuple[Reply, ...] = ()
+    conversations: Mapping[str, tuple[tuple[Reply, ...], ...]] = attrs.field(factory=dict)
+
+
+def _turn(item: object, where: str) -> tuple[Reply, ...]:
+    if not isinstance(item, list):
+        return (_parse_item(item, where),)
+    if not item:
+        raise ScriptError(f"{where}: a list of attempts must not be empty")
+    return tuple(_parse_item(one, f"{where}: attempt {i}") for i, one in enumerate(item))
+
+
+def load_script_file(path: str | Path) -> ScriptFile:
+    """Read a script file: a list of replies (as :func:`load_script`), or a mapping with
+    ``replies`` (that list) and/or ``conversations`` (first user message text -> list of
+    turns; a turn is a reply item, or a list of items answering successive attempts)."""
     name = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-        data: object = json.loads(text) if name.endswith(".json") else yaml.safe_load(text)
-    except (OSError, ValueError, yaml.YAMLError) as exc:
-        raise ScriptError(f"{name}: {exc}") from exc
-    if not isinstance(data, list):
-        raise ScriptError(f"{name}: expected a list of replies, got {type(data).__name__}")
-    return tuple(_parse_item(item, f"{name}: item {i}") for i, item in enumerate(data))
+    data = _read(path)
+    if isinstance(data, list):
+        return ScriptFile(_replies(data, name))
+    if not isinstance(data, dict):
+        what = type(data).__name__
+        raise ScriptError(f"{name}: expected a list of replies or a mapping, got {what}")
+    unknown = sorted(str(k) for k in set(data) - {"replies", "conversations"})
+    if unknown:
+        raise ScriptError(f"{name}: unknown key {unknown[0]!r} (expected replies, conversations)")
+    replies = _replies(data.get("replies", []), f"{name}: replies")
+    keyed = data.get("conversations", {})
+    if not isinstance(keyed, dict):
+        what = type(keyed).__name__
+        raise ScriptError(f"{name}: field 'conversations': expected a mapping, got {what}")
+    conversations: dict[str, tuple[tuple[Reply, ...], ...]] = {}
+    for key, turns in keyed.items():
+        where = f"{name}: conversation {key!r}"
+        if not isinstance(key, str):
+            raise ScriptError(f"{where}: the key must be a string (the first user message)")
+        if not isinstance(turns, list) or not turns:
+            raise ScriptError(f"{where}: expected a non-empty list of turns")
+        conversations[key] = tuple(_turn(t, f"{where}: turn {i}") for i, t in enumerate(turns))
+    return ScriptFile(replies, conversations)

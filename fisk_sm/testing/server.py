@@ -2,8 +2,10 @@
 
 :class:`FakeMessagesAPI` is a small HTTP server on 127.0.0.1 that answers
 ``POST /v1/messages`` from a script of :class:`Reply` objects, one per request, in
-order. Point the real SDK at it and the whole client stack (serialisation, retries,
-timeouts, error mapping) runs for real::
+order, or per conversation (keyed by the first user message, so many runs share one server:
+:mod:`fisk_sm.testing.conversations`), or from a function of the request. Point the real
+SDK at it and the whole client stack (serialisation, retries, timeouts, error mapping) runs
+for real::
 
     with FakeMessagesAPI([Reply.tool_use("add", {"a": 1}), Reply.text("done")]) as api:
         client = anthropic.AsyncAnthropic(api_key="test", base_url=api.base_url)
@@ -27,13 +29,14 @@ import signal
 import socket
 import sys
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, TextIO, cast
 
-from fisk_sm.testing.script import Reply, ScriptError, load_script
+from fisk_sm.testing.conversations import Conversations, Turn, first_user_text, turn_of
+from fisk_sm.testing.script import Reply, load_script_file
 
-__all__ = ["FakeMessagesAPI", "Reply", "ScriptError", "load_script", "serve"]
+__all__ = ["FakeMessagesAPI", "Responder", "serve"]
 
 
 def _error(kind: str, message: str) -> dict[str, Any]:
@@ -105,11 +108,11 @@ class _Handler(BaseHTTPRequestHandler):
             msg = "request body is not a JSON object"
             return self._send(400, _error("invalid_request_error", msg))
         api = cast(_Server, self.server).api
-        n, reply = api._record(body, {k.lower(): v for k, v in self.headers.items()})
+        n, reply = api._answer(body, {k.lower(): v for k, v in self.headers.items()})
         rid = f"req_fake_{n:02d}"
-        if reply is None:
-            msg = f"fake API script exhausted: request {n} has no scripted reply"
-            return self._send(500, _error("api_error", msg), request_id=rid, x_should_retry="false")
+        if isinstance(reply, str):  # why there is no reply: fail fast, never retried
+            out = _error("api_error", reply)
+            return self._send(500, out, request_id=rid, x_should_retry="false")
         if reply.delay > 0 and api._stopping.wait(reply.delay):
             return  # the server is closing: drop the connection unanswered
         # an error status, whatever its body, is retried at once
@@ -144,40 +147,98 @@ def _check_loopback(host: str) -> None:
     raise ValueError(f"FakeMessagesAPI only listens on loopback addresses, not {host!r}")
 
 
+#: A function of the request body that answers it (see :class:`FakeMessagesAPI`).
+Responder = Callable[[dict[str, Any]], Reply]
+
+
 class FakeMessagesAPI:
     """A scripted Messages API on a loopback port, served from a daemon thread.
 
+    A request is answered, in this order of precedence, by:
+
+    - ``conversations``: a script per conversation, keyed by the run's first user message
+      text; turn k of a conversation (k assistant messages in the request) gets its k-th
+      reply, so concurrent runs share one server and a resumed run gets the same reply again
+      (:mod:`fisk_sm.testing.conversations`);
+    - ``responder``: a function of the parsed request body returning a :class:`Reply` (it runs
+      in the request's handler thread, so it may block; an exception it raises, or anything
+      but a Reply, is answered with a 500 naming it);
+    - ``script``: the ordered replies, one per request, in arrival order.
+
+    A request none of them answers gets a 500 saying why (``x-should-retry: false``).
     ``requests`` and ``request_headers`` (lower-cased names) record every
-    ``POST /v1/messages`` with a JSON body, in arrival order.
+    ``POST /v1/messages`` with a JSON body, in arrival order; :meth:`requests_for` gives one
+    conversation's. Both are appended under a lock; read them through :meth:`requests_for`
+    or once the runs are done.
     """
 
     def __init__(
-        self, script: Iterable[Reply] = (), *, host: str = "127.0.0.1", port: int = 0
+        self,
+        script: Iterable[Reply] = (),
+        *,
+        conversations: Mapping[str, Sequence[Turn]] | None = None,
+        responder: Responder | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
     ) -> None:
         _check_loopback(host)
         self._host, self._wanted_port = host, port
         self._lock = threading.Lock()
         self._queue: collections.deque[Reply] = collections.deque(script)
+        self._conversations = Conversations(conversations)
+        self.responder = responder
         self._stopping = threading.Event()
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
         self.requests: list[dict[str, Any]] = []
         self.request_headers: list[dict[str, str]] = []
 
-    def _record(self, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, Reply | None]:
+    def _answer(self, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, Reply | str]:
+        """Record a request; its number, and its reply or why there is none."""
+        key, turn = first_user_text(body), turn_of(body)
+        conversations = self._conversations
         with self._lock:
             self.requests.append(body)
             self.request_headers.append(headers)
-            return len(self.requests), (self._queue.popleft() if self._queue else None)
+            n = len(self.requests)
+            conversations.record(key, body)
+            if key is not None and key in conversations:
+                return n, conversations.answer(key, turn)
+            responder = self.responder
+            if responder is None:
+                if self._queue:
+                    return n, self._queue.popleft()
+                if conversations:
+                    return n, conversations.answer(key, turn)
+                return n, f"fake API script exhausted: request {n} has no scripted reply"
+        try:  # outside the lock: a responder may block, others go on being answered
+            reply = responder(body)
+        except Exception as exc:
+            return n, f"fake API responder raised {type(exc).__name__}: {exc}"
+        if not isinstance(reply, Reply):
+            return n, f"fake API responder returned {type(reply).__name__}, not a Reply"
+        return n, reply
 
     def add(self, *replies: Reply) -> None:
-        """Append replies to the end of the script."""
+        """Append replies to the end of the ordered script."""
         with self._lock:
             self._queue.extend(replies)
 
+    def add_conversation(self, first_user_text: str, *turns: Turn) -> None:
+        """Append turns to the script of the conversation opened by ``first_user_text``.
+
+        A turn is a :class:`Reply` (the answer to every attempt at that turn) or a sequence
+        of them (one per attempt, the last repeating), e.g. ``(Reply.error(529), reply)``.
+        """
+        self._conversations.add(first_user_text, *turns)
+
+    def requests_for(self, first_user_text: str | None) -> list[dict[str, Any]]:
+        """The request bodies of one conversation (scripted or not), in arrival order."""
+        return self._conversations.requests_for(first_user_text)
+
     @property
     def remaining(self) -> int:
-        """How many scripted replies have not been served yet."""
+        """How many replies of the ordered script have not been served yet."""
         with self._lock:
             return len(self._queue)
 
@@ -235,8 +296,10 @@ def serve(
     """
     stream = sys.stderr if out is None else out
     try:
-        script = load_script(script_path)
-        api = FakeMessagesAPI(script, host=host, port=port).start()
+        script = load_script_file(script_path)
+        api = FakeMessagesAPI(
+            script.replies, conversations=script.conversations, host=host, port=port
+        ).start()
     except (ValueError, OSError) as exc:
         print(f"fake-api: {exc}", file=stream, flush=True)
         return 2
@@ -246,7 +309,10 @@ def serve(
         for sig in (signal.SIGINT, signal.SIGTERM):
             previous[sig] = signal.signal(sig, lambda signum, frame: stop.set())
     try:
-        line = f"fake Messages API listening on {api.base_url} ({len(script)} scripted replies)"
+        what = f"{len(script.replies)} scripted replies"
+        if script.conversations:
+            what += f", {len(script.conversations)} conversations"
+        line = f"fake Messages API listening on {api.base_url} ({what})"
         print(line, file=stream, flush=True)
         while not stop.wait(0.2):
             pass

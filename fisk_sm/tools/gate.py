@@ -1,23 +1,29 @@
 """The confirm gate: a gated tool runs only once the operator has approved the call.
 
 A tool is gated when it carries `ai:confirm` (always honoured) or a tag listed in the config's
-`confirm_tags` (exact match). Remote tools are gated by their own host, never here. The gate asks
-through a `Prompter`: once, always (remembered by tool name, whatever the arguments, for this
-process only) or no. Nobody to ask means no. A denial is a normal result the model reasons
+`confirm_tags` (exact match). Remote tools are gated by their own host, never here. The operator
+answers through a `Prompter`: once, always (remembered by tool name, whatever the arguments, for
+the rest of the run) or no. Nobody to ask means no. A denial is a normal result the model reasons
 about, `{"allowed": false, "reason": ...}`, never an `is_error`: the call was fine, the operator
 said no, and the reason tells the model not to retry.
 
-Every gated call is reported, when the caller passes an `Audit` (the run, the call's id, the
-event sink): `ApprovalAsked` just before the operator is asked, then one `ApprovalGranted`
-(`once`, `always`, or `remembered` for an "always" given earlier) or `ApprovalDenied` (with a
-short reason: `declined`, `no operator`, or why the prompt failed), so a watcher can audit
-every decision, denials without an operator included.
+The gate is two states of the loop (`gate`, `awaiting_approval`), so it works in two halves:
+`screen` decides whether a call runs, is denied (nobody to ask) or must be asked, and `ask`
+puts a request to the prompter. Between the two the request is journaled, so a run waiting for
+an answer can be suspended, restarted and answered later. A prompt abandoned because the run is
+suspending (`PromptCancelled`) is no answer: the approval stays pending.
+
+Every gated call is reported through an `Audit` (the run, the call's id, the event sink):
+`ApprovalAsked` when the operator is asked, then one `ApprovalGranted` (`once`, `always`, or
+`remembered` for an "always" given earlier) or `ApprovalDenied` (with a short reason:
+`declined`, `no operator`, or why the prompt failed), so a watcher can audit every decision,
+denials without an operator included.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -41,18 +47,27 @@ from fisk_sm.operator.prompter import (
 from fisk_sm.operator.sanitize import sanitize, strip_control
 from fisk_sm.tools.base import Outcome, Tool
 
-__all__ = ["CONFIRM_TAG", "Audit", "Gate"]
+__all__ = ["CONFIRM_TAG", "NO_OPERATOR_REASON", "Audit", "Gate", "denial"]
 
 CONFIRM_TAG = "ai:confirm"
 DISPLAY_LIMIT = 2000
 FINAL = "this decision is final, do not retry"
 DECLINED = f"the operator declined to permit this command; {FINAL}"
-ENDED = "the run ended before the operator could approve this command"
+#: The reason of a denial because nobody could be asked.
+NO_OPERATOR_REASON = "no operator"
 ALTERED = " [terminal control sequences removed]"
 
 
-def _denial(reason: str) -> Outcome:
-    return Outcome(json.dumps({"allowed": False, "reason": reason}), is_error=False)
+def denial(reason: str) -> Outcome:
+    """The result handed to the model for a denied call; `reason` as journaled: empty for the
+    operator's no, `NO_OPERATOR_REASON`, or why the prompt failed."""
+    if not reason:
+        text = DECLINED
+    elif reason == NO_OPERATOR_REASON:
+        text = NO_OPERATOR
+    else:
+        text = f"the operator did not permit this command: {reason}; {FINAL}"
+    return Outcome(json.dumps({"allowed": False, "reason": text}), is_error=False)
 
 
 def _why(exc: BaseException) -> str:
@@ -80,7 +95,7 @@ class Audit:
 
 
 def _reporter(
-    audit: Audit | None, tool: Tool, arguments: Mapping[str, Any], tag: str
+    audit: Audit | None, name: str, arguments: Mapping[str, Any], tag: str
 ) -> Callable[..., None]:
     """`report(kind, **fields)`: emit one gate event of `kind` for this call (or nothing)."""
 
@@ -89,7 +104,7 @@ def _reporter(
             return
         event = kind(
             run_id=audit.run_id,
-            tool=tool.name,
+            tool=name,
             tool_use_id=audit.tool_use_id,
             arguments=dict(arguments),
             tag=tag,
@@ -101,7 +116,7 @@ def _reporter(
 
 
 class Gate:
-    """Decides, per call, whether a tool may run; remembers "always" answers by tool name."""
+    """Decides, per call, whether a tool may run, and asks the operator when it must."""
 
     def __init__(self, prompter: Prompter, confirm_tags: Sequence[str] = ()) -> None:
         if isinstance(confirm_tags, str):
@@ -109,7 +124,6 @@ class Gate:
         self.prompter = prompter
         trimmed = (tag.strip() for tag in confirm_tags)
         self.confirm_tags: tuple[str, ...] = tuple(dict.fromkeys(t for t in trimmed if t))
-        self._always: set[str] = set()
 
     def gated_tag(self, tool: Tool) -> str | None:
         """The tag that gates `tool`: `ai:confirm`, else its first confirm tag; None if ungated."""
@@ -128,43 +142,65 @@ class Gate:
         carried = {tag for t in tools if t.kind != "remote" for tag in t.tags}
         return [tag for tag in self.confirm_tags if tag not in carried]
 
-    @property
-    def always_allowed(self) -> frozenset[str]:
-        """The tool names the operator answered "always" for in this process."""
-        return frozenset(self._always)
-
-    async def check(
-        self, tool: Tool, arguments: Mapping[str, Any], audit: Audit | None = None
-    ) -> Outcome | None:
-        """None if the call may run, else the (non-error) denial to hand back to the model;
-        the decision on a gated call is reported through `audit` (see the module doc)."""
+    def screen(
+        self,
+        tool: Tool,
+        arguments: Mapping[str, Any],
+        audit: Audit,
+        allowed: Collection[str] = (),
+    ) -> ApprovalRequest | str | None:
+        """None if the call may run now (ungated, or its tool is in `allowed`: answered
+        "always" earlier in the run); the denial reason if it may not and nobody can be asked;
+        else the `ApprovalRequest` to put to the operator (reported as asked)."""
         tag = self.gated_tag(tool)
         if tag is None:
             return None
-        report = _reporter(audit, tool, arguments, tag)
-        if tool.name in self._always:
+        report = _reporter(audit, tool.name, arguments, tag)
+        if tool.name in allowed:
             report(ApprovalGranted, answer="remembered")
             return None
         if not self.prompter.available:
-            report(ApprovalDenied, reason="no operator")
-            return _denial(NO_OPERATOR)
-        request = ApprovalRequest(tool.name, _display(tool, arguments), tag)
+            report(ApprovalDenied, reason=NO_OPERATOR_REASON)
+            return NO_OPERATOR_REASON
         report(ApprovalAsked)
+        pending = {"run_id": audit.run_id, "tool_use_id": audit.tool_use_id}
+        return self.request({**pending, "name": tool.name, "input": arguments, "tag": tag}, tool)
+
+    def request(self, pending: Mapping[str, Any], tool: Tool | None) -> ApprovalRequest:
+        """The request for a pending approval (`RunData.approval`), shown as `tool` describes
+        it (by name and arguments if the tool is no longer configured)."""
+        arguments = dict(pending.get("input") or {})
+        display = (
+            _display(tool, arguments)
+            if tool is not None
+            else sanitize(f"{pending['name']} {json.dumps(arguments, default=str)}", DISPLAY_LIMIT)
+        )
+        return ApprovalRequest(
+            pending["name"],
+            display,
+            pending["tag"],
+            run_id=pending.get("run_id", ""),
+            tool_use_id=pending["tool_use_id"],
+            arguments=arguments,
+        )
+
+    async def ask(self, request: ApprovalRequest, audit: Audit) -> tuple[Approval, str]:
+        """Put `request` to the operator: the answer, and for a no the reason to journal (empty
+        for the operator's own no). A prompt that fails is a no with its reason; a
+        `PromptCancelled` (the run is suspending) propagates: that is no answer."""
+        report = _reporter(audit, request.tool, request.arguments, request.tag)
         try:
             answer = await self.prompter.approve(request)
-        except PromptCancelled as exc:
-            report(ApprovalDenied, reason=f"prompt cancelled: {_why(exc)}")
-            return _denial(f"{ENDED}: {_why(exc)}; {FINAL}")
         except PromptError as exc:
+            if isinstance(exc, PromptCancelled):
+                raise
             report(ApprovalDenied, reason=f"prompt failed: {_why(exc)}")
-            return _denial(f"the operator did not permit this command: {_why(exc)}; {FINAL}")
-        if answer is Approval.ALWAYS:
-            self._always.add(tool.name)
+            return Approval.NO, _why(exc)
         if answer in (Approval.ALWAYS, Approval.ONCE):
             report(ApprovalGranted, answer=answer.value)
-            return None
+            return answer, ""
         report(ApprovalDenied, reason="declined")
-        return _denial(DECLINED)
+        return Approval.NO, ""
 
     async def may_rerun(self, tool: Tool, arguments: Mapping[str, Any]) -> bool:
         """Whether the operator wants a call that a crash interrupted (crash policy `ask`) run

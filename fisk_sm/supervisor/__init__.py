@@ -1,0 +1,20 @@
+"""The supervisor: many checkpointed runs on one event loop, an approval desk, and the HTTP
+control API (`fisk-sm supervise`)."""
+
+from fisk_sm.supervisor.desk import ApprovalDesk, DeskPrompter, PendingApproval
+from fisk_sm.supervisor.hub import EventHub
+from fisk_sm.supervisor.registry import Registry, RegistryEntry
+from fisk_sm.supervisor.supervisor import Conflict, NotFound, Supervisor, Tracked
+
+__all__ = [
+    "ApprovalDesk",
+    "Conflict",
+    "DeskPrompter",
+    "EventHub",
+    "NotFound",
+    "PendingApproval",
+    "Registry",
+    "RegistryEntry",
+    "Supervisor",
+    "Tracked",
+]

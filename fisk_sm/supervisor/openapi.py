@@ -1,0 +1,276 @@
+"""The OpenAPI 3.1 document of the control API, written by hand next to the routes it describes
+(`fisk_sm.supervisor.api`); a test checks that every route is in it and that it validates."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fisk_sm.supervisor.views import STATUSES
+
+__all__ = ["openapi_document"]
+
+_STR = {"type": "string"}
+_INT = {"type": "integer"}
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _errors(*codes: int) -> dict[str, Any]:
+    return {str(code): {"$ref": f"#/components/responses/E{code}"} for code in codes}
+
+
+_RUN_ID = {
+    "name": "run_id",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "string", "pattern": "^[a-zA-Z0-9][a-zA-Z0-9_-]*$", "maxLength": 128},
+}
+
+_RUN_FIELDS: tuple[str, ...] = ("run_id", "name", "state", "status", "iteration", "tokens")
+_RUN_FIELDS += ("created", "age_seconds", "approval", "outcome", "answer")
+_SCHEMAS: dict[str, Any] = {
+    "Error": {
+        "type": "object",
+        "required": ["error"],
+        "properties": {"error": {"type": "string", "description": "one line"}},
+    },
+    "Tokens": {
+        "type": "object",
+        "required": ["input", "output", "cache_read", "cache_creation", "total"],
+        "properties": {
+            k: _INT for k in ("input", "output", "cache_read", "cache_creation", "total")
+        },
+    },
+    "Approval": {
+        "type": "object",
+        "required": ["run_id", "tool_use_id", "tool", "input", "tag"],
+        "properties": {
+            "run_id": _STR,
+            "tool_use_id": _STR,
+            "tool": _STR,
+            "input": {"type": "object"},
+            "tag": _STR,
+        },
+    },
+    "Run": {
+        "type": "object",
+        "required": list(_RUN_FIELDS),
+        "properties": {
+            "run_id": _STR,
+            "name": _STR,
+            "state": {"type": "string", "description": "the loop state (states/agent_loop.yaml)"},
+            "status": {"type": "string", "enum": list(STATUSES)},
+            "iteration": _INT,
+            "tokens": _ref("Tokens"),
+            "created": {"type": "string", "format": "date-time"},
+            "age_seconds": {"type": "number"},
+            "approval": {"oneOf": [{"type": "null"}, _ref("Approval")]},
+            "outcome": {"type": ["string", "null"]},
+            "answer": _STR,
+        },
+    },
+    "Entry": {
+        "type": "object",
+        "required": ["role", "kind", "text"],
+        "properties": {
+            "role": {"type": "string", "enum": ["user", "assistant"]},
+            "kind": {"type": "string", "enum": ["text", "thinking", "tool_use", "tool_result"]},
+            "text": _STR,
+            "name": _STR,
+            "is_error": {"type": "boolean"},
+        },
+    },
+    "RunDetail": {
+        "allOf": [
+            _ref("Run"),
+            {
+                "type": "object",
+                "required": ["transcript", "path"],
+                "properties": {
+                    "transcript": {"type": "array", "items": _ref("Entry"), "maxItems": 50},
+                    "path": {"type": "array", "items": _STR},
+                },
+            },
+        ]
+    },
+    "Submit": {
+        "type": "object",
+        "required": ["prompt"],
+        "properties": {
+            "prompt": _STR,
+            "name": {"type": "string", "description": "a label (default: the run id)"},
+            "config": {"type": "string", "description": "another agent.yaml on the server"},
+        },
+    },
+    "Answer": {
+        "type": "object",
+        "required": ["answer"],
+        "properties": {"answer": {"type": "string", "enum": ["once", "always", "deny"]}},
+    },
+}
+
+_RESPONSES = {
+    f"E{code}": _json(_ref("Error"), text)
+    for code, text in {
+        400: "bad input: the body, a field or an id (the message names it)",
+        401: "no token, or a wrong one",
+        404: "no such run or approval",
+        409: "the run is in the wrong state for this",
+        501: "Graphviz (pygraphviz) is not installed",
+    }.items()
+}
+
+
+def _action(verb: str, summary: str) -> dict[str, Any]:
+    return {
+        "post": {
+            "operationId": f"{verb}Run",
+            "summary": summary,
+            "parameters": [_RUN_ID],
+            "responses": {"202": _json(_ref("Run"), "the run"), **_errors(400, 401, 404, 409)},
+        }
+    }
+
+
+_PATHS: dict[str, Any] = {
+    "/": {
+        "get": {
+            "operationId": "dashboard",
+            "summary": "the live dashboard (one self-contained HTML page)",
+            "parameters": [{"name": "token", "in": "query", "schema": _STR}],
+            "responses": {
+                "200": {"description": "the page", "content": {"text/html": {"schema": _STR}}},
+                **_errors(401),
+            },
+        }
+    },
+    "/openapi.json": {
+        "get": {
+            "operationId": "openapi",
+            "summary": "this document",
+            "responses": {"200": _json({"type": "object"}, "OpenAPI 3.1"), **_errors(401)},
+        }
+    },
+    "/api/runs": {
+        "post": {
+            "operationId": "submitRun",
+            "summary": "start a checkpointed run on a prompt",
+            "requestBody": {"required": True, **_json(_ref("Submit"), "the run to start")},
+            "responses": {"201": _json(_ref("Run"), "the new run"), **_errors(400, 401, 409)},
+        },
+        "get": {
+            "operationId": "listRuns",
+            "summary": "every run, newest first",
+            "responses": {
+                "200": _json(
+                    {
+                        "type": "object",
+                        "required": ["runs"],
+                        "properties": {"runs": {"type": "array", "items": _ref("Run")}},
+                    },
+                    "the runs",
+                ),
+                **_errors(401),
+            },
+        },
+    },
+    "/api/runs/{run_id}": {
+        "get": {
+            "operationId": "showRun",
+            "summary": "a run, its transcript's last 50 entries and the states it entered",
+            "parameters": [_RUN_ID],
+            "responses": {"200": _json(_ref("RunDetail"), "the run"), **_errors(400, 401, 404)},
+        }
+    },
+    "/api/runs/{run_id}/diagram.svg": {
+        "get": {
+            "operationId": "runDiagram",
+            "summary": "the loop diagram with the run's path and current state",
+            "parameters": [_RUN_ID],
+            "responses": {
+                "200": {
+                    "description": "SVG",
+                    "content": {"image/svg+xml": {"schema": _STR}},
+                },
+                **_errors(400, 401, 404, 501),
+            },
+        }
+    },
+    "/api/runs/{run_id}/suspend": _action("suspend", "suspend now (a restart leaves it)"),
+    "/api/runs/{run_id}/resume": _action("resume", "resume a suspended or parked run"),
+    "/api/runs/{run_id}/abort": _action("abort", "stop a run for good"),
+    "/api/approvals": {
+        "get": {
+            "operationId": "listApprovals",
+            "summary": "the pending approvals",
+            "responses": {
+                "200": _json(
+                    {
+                        "type": "object",
+                        "required": ["approvals"],
+                        "properties": {"approvals": {"type": "array", "items": _ref("Approval")}},
+                    },
+                    "the approvals",
+                ),
+                **_errors(401),
+            },
+        }
+    },
+    "/api/runs/{run_id}/approvals/{tool_use_id}": {
+        "post": {
+            "operationId": "answerApproval",
+            "summary": "answer a pending approval (a parked session is resumed)",
+            "parameters": [
+                _RUN_ID,
+                {"name": "tool_use_id", "in": "path", "required": True, "schema": _STR},
+            ],
+            "requestBody": {"required": True, **_json(_ref("Answer"), "the answer")},
+            "responses": {"200": _json(_ref("Run"), "the run"), **_errors(400, 401, 404, 409)},
+        }
+    },
+    "/api/events": {
+        "get": {
+            "operationId": "events",
+            "summary": "every typed event as Server-Sent Events (`event:` the class name,"
+            " `data:` JSON with `type` and `run_id`), plus RunSubmitted, RunParked and"
+            " RunUpdated (data: the Run) and EventsDropped (a slow reader missed some)",
+            "parameters": [
+                {"name": "run", "in": "query", "schema": _STR, "description": "one run only"},
+                {"name": "token", "in": "query", "schema": _STR},
+            ],
+            "responses": {
+                "200": {
+                    "description": "the stream",
+                    "content": {"text/event-stream": {"schema": _STR}},
+                },
+                **_errors(400, 401, 404),
+            },
+        }
+    },
+}
+
+
+def openapi_document() -> dict[str, Any]:
+    """The control API as an OpenAPI 3.1 document."""
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "fisk-sm supervisor",
+            "version": "1",
+            "description": "Control many checkpointed agent runs: submit, watch, suspend,"
+            " resume, abort, and answer approvals.",
+        },
+        "paths": _PATHS,
+        "components": {
+            "schemas": _SCHEMAS,
+            "responses": _RESPONSES,
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+        "security": [{}, {"bearer": []}],
+    }

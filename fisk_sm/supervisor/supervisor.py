@@ -1,0 +1,429 @@
+"""`Supervisor`: many checkpointed runs on one event loop, with bounded concurrency.
+
+Theory of operation. Every run is a session in one `FileStore` (`start_session`,
+`resume_session`), driven by a task of its own that steps it one transition at a time. A shared
+`asyncio.Semaphore(concurrency)` is held only around a step in `call` (a model request) or
+`execute` (a tool): a run that is parked at the approval desk, queued, or passing through any
+other state holds no slot. All runs share the loop's one SDK client (`fisk_sm.model.clients`).
+
+What a restart must do is kept in the registry (`fisk_sm.supervisor.registry`): a shutdown
+suspends every run now (a model call in flight is cancelled, a tool finishes) and marks those
+runs `shutdown_suspended`; an operator's suspend and abort are marked before they take effect.
+On start, the runs whose last mark allows it are resumed, unless their journal ended or waits
+for an approval: those are listed, and resumed when an operator resumes or answers them.
+
+A suspend-now that finds a run waiting for a slot stops the wait: in `call` the run steps
+without one (the cancelled call is never made, the run ends `suspended`); in `execute` the task
+stops before the tool starts, leaving the journal open there (a resume runs the tool).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from fisk_sm.config.agent import AgentConfig, load_config
+from fisk_sm.config.errors import one_line
+from fisk_sm.config.states import States
+from fisk_sm.events.usage import Usage
+from fisk_sm.journal.filestore import FileStore, check_run_id
+from fisk_sm.journal.snapshot import Snapshot
+from fisk_sm.loop.harness import RunOptions
+from fisk_sm.loop.run import Run, new_run_id
+from fisk_sm.loop.sessions import resume_session, start_session
+from fisk_sm.operator.prompter import Approval
+from fisk_sm.supervisor.desk import ApprovalDesk, DeskPrompter
+from fisk_sm.supervisor.hub import EventHub, RunSink
+from fisk_sm.supervisor.registry import (
+    ABORTED,
+    OPERATOR_SUSPENDED,
+    RESUMED,
+    SHUTDOWN_SUSPENDED,
+    Registry,
+    RegistryEntry,
+)
+from fisk_sm.supervisor.views import approval_json, run_json
+
+__all__ = ["SLOT_STATES", "Conflict", "NotFound", "Supervisor", "Tracked"]
+
+#: The states whose step holds a concurrency slot: a model request, a tool.
+SLOT_STATES = frozenset({States.CALL, States.EXECUTE})
+_ENDED = frozenset(
+    {States.COMPLETED, States.FAILED, States.BUDGET_EXHAUSTED, States.ITERATIONS_EXHAUSTED}
+)
+
+
+class NotFound(LookupError):
+    """No such run, or no such pending approval (HTTP 404)."""
+
+
+class Conflict(RuntimeError):
+    """The run is in the wrong state for the action (HTTP 409)."""
+
+
+class Tracked:
+    """One run of the supervisor: its registry entry, and its live run while a task drives it."""
+
+    def __init__(self, entry: RegistryEntry, config: AgentConfig, sink: RunSink) -> None:
+        self.entry = entry
+        self.config = config
+        self.sink = sink
+        self.run: Run | None = None
+        self.task: asyncio.Task[None] | None = None
+        self.snapshot: Snapshot | None = None  # the folded journal, while no task drives it
+        self.queued = True  # waiting for a slot (a new run counts as queued until its first)
+        self.stopping = asyncio.Event()  # a suspend-now: stop waiting for a slot
+        self.error: str | None = None
+
+    @property
+    def live(self) -> bool:
+        """Whether a task drives the run now."""
+        return self.task is not None and not self.task.done()
+
+    @property
+    def state(self) -> str:
+        if self.live and self.run is not None:
+            return self.run.state
+        if self.snapshot is not None:
+            return self.snapshot.state
+        return self.run.state if self.run is not None else States.SUSPEND_CHECK
+
+    @property
+    def approval(self) -> dict[str, Any] | None:
+        if self.live and self.run is not None:
+            return self.run.data.approval
+        return self.snapshot.approval if self.snapshot is not None else None
+
+    @property
+    def status(self) -> str:
+        """The API's status of the run (see `fisk_sm.supervisor.views.STATUSES`)."""
+        state = self.state
+        if self.entry.disposition == ABORTED:
+            return "aborted"
+        if state == States.AWAITING_APPROVAL:
+            return "parked"
+        if self.live:
+            return "queued" if self.queued else "running"
+        if self.error is not None:
+            return "failed"
+        return state if state in _ENDED else "suspended"
+
+    def to_json(self) -> dict[str, Any]:
+        """The API's `Run` object."""
+        source = self.run.data if self.live and self.run is not None else self.snapshot
+        run = self.run
+        if source is None and run is not None:
+            source = run.data
+        finished = run is not None and run.finished and not self.live
+        outcome = run.outcome if finished and run is not None else None
+        if outcome is None and self.snapshot is not None:
+            outcome = self.snapshot.outcome
+        answer = run.answer() if run is not None else ""
+        return run_json(
+            run_id=self.entry.run_id,
+            name=self.entry.name,
+            state=self.state,
+            status=self.status,
+            iteration=source.iteration if source is not None else 0,
+            usage=source.usage if source is not None else Usage(),
+            created=self.entry.created,
+            approval=approval_json(self.approval),
+            outcome=self.error or outcome,
+            answer=answer,
+        )
+
+    def messages(self) -> tuple[dict[str, Any], ...]:
+        """The conversation so far."""
+        if self.run is not None and (self.live or self.snapshot is None):
+            return tuple(self.run.data.messages)
+        return self.snapshot.messages if self.snapshot is not None else ()
+
+
+class Supervisor:
+    """Drives many checkpointed runs of `config` in `store` on the running loop.
+
+    `registry_dir` holds the registry (default: `store.directory / "supervisor"`).
+    """
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        store: FileStore,
+        *,
+        concurrency: int = 16,
+        registry_dir: Path | None = None,
+        options: RunOptions | None = None,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, not {concurrency}")
+        self.config = config
+        self.store = store
+        self.concurrency = concurrency
+        self.options = options or RunOptions()
+        self.registry = Registry(registry_dir or store.directory / "supervisor")
+        self.hub = EventHub()
+        self.desk = ApprovalDesk(self._desk_changed)
+        self.runs: dict[str, Tracked] = {}
+        self._slots = asyncio.Semaphore(concurrency)
+        self._configs: dict[str, AgentConfig] = {}
+        self.closing = False
+
+    # -- the stream -------------------------------------------------------------------------
+
+    def publish(self, kind: str, tracked: Tracked) -> None:
+        """Send a supervisor event (`RunSubmitted`, `RunParked`, `RunUpdated`) with the run."""
+        data = {"type": kind, **tracked.to_json()}
+        self.hub.publish(kind, tracked.entry.run_id, data)
+
+    def _changed(self, run_id: str) -> None:
+        tracked = self.runs.get(run_id)
+        if tracked is not None:
+            self.publish("RunParked" if tracked.status == "parked" else "RunUpdated", tracked)
+
+    def _desk_changed(self, run_id: str) -> None:
+        self._changed(run_id)
+
+    # -- looking runs up --------------------------------------------------------------------
+
+    def get(self, run_id: str) -> Tracked:
+        """The run `run_id`; `InvalidIdError` for a malformed id, `NotFound` for an unknown."""
+        check_run_id(run_id)
+        tracked = self.runs.get(run_id)
+        if tracked is None:
+            raise NotFound(f"no run {run_id!r}")
+        return tracked
+
+    def listing(self) -> list[Tracked]:
+        """Every run, newest first."""
+        return sorted(self.runs.values(), key=lambda t: (-t.entry.created, t.entry.run_id))
+
+    def approvals(self) -> list[dict[str, Any]]:
+        """Every pending approval: of live runs at the desk, and of parked sessions."""
+        found = []
+        for tracked in self.listing():
+            approval = approval_json(tracked.approval)
+            if approval is not None and tracked.status == "parked":
+                found.append(approval)
+        return found
+
+    # -- driving ----------------------------------------------------------------------------
+
+    def _options(self, run_id: str, sink: RunSink) -> RunOptions:
+        prompter = DeskPrompter(self.desk, run_id)
+        opts = self.options
+        return RunOptions(model=opts.model, tools=opts.tools, events=sink, prompter=prompter)
+
+    def _track(self, entry: RegistryEntry, config: AgentConfig) -> Tracked:
+        sink = RunSink(entry.run_id, self.hub, self._changed)
+        tracked = Tracked(entry, config, sink)
+        self.runs[entry.run_id] = tracked
+        return tracked
+
+    def _launch(self, tracked: Tracked, run: Run) -> None:
+        tracked.run, tracked.error, tracked.queued = run, None, True
+        tracked.stopping = asyncio.Event()
+        tracked.task = asyncio.ensure_future(self._drive(tracked, run))
+
+    async def _slot(self, tracked: Tracked) -> bool:
+        """Wait for a concurrency slot; False (and no slot) if a suspend-now stopped the wait."""
+        tracked.queued = True
+        if tracked.stopping.is_set():
+            return False
+        acquire = asyncio.ensure_future(self._slots.acquire())
+        stop = asyncio.ensure_future(tracked.stopping.wait())
+        try:
+            await asyncio.wait({acquire, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            if not acquire.done():
+                acquire.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await acquire
+        if acquire.cancelled():
+            return False
+        tracked.queued = False
+        return True
+
+    async def _drive(self, tracked: Tracked, run: Run) -> None:
+        """Step `run` to its end (or until a suspend-now stops it before a tool)."""
+        try:
+            while not run.finished:
+                if run.state not in SLOT_STATES:
+                    await run.step()
+                    continue
+                if await self._slot(tracked):
+                    try:
+                        await run.step()
+                    finally:
+                        self._slots.release()
+                elif run.state == States.CALL:
+                    await run.step()  # a cancelled call makes no request: the run suspends
+                else:
+                    break  # before a tool starts: the journal stays open in `execute`
+        except Exception as exc:  # a failing disk, a refused journal: this run only
+            tracked.error = one_line(exc)
+        finally:
+            tracked.snapshot = run.snapshot()
+            if not run.finished:  # stopped before a tool: the journal's fold is the truth
+                with contextlib.suppress(Exception):
+                    tracked.snapshot = await asyncio.to_thread(self.store.snapshot, run.data.run_id)
+            if run.finished:
+                self.desk.forget(run.data.run_id)
+            await run.aclose()
+            tracked.queued = False
+            self._changed(run.data.run_id)
+
+    async def _config(self, path: str) -> AgentConfig:
+        if not path or (self.config.path is not None and Path(path) == self.config.path):
+            return self.config
+        found = self._configs.get(path)
+        if found is None:
+            found = self._configs[path] = await asyncio.to_thread(load_config, path)
+        return found
+
+    async def submit(
+        self, prompt: str, name: str | None = None, config: str | None = None
+    ) -> Tracked:
+        """Start a new run on `prompt` (of agent.yaml `config`, else the supervisor's)."""
+        if self.closing:
+            raise Conflict("the supervisor is shutting down")
+        agent = await self._config(config or "")
+        run_id = new_run_id()
+        config_path = str(agent.path) if agent.path is not None else ""
+        entry = await self.registry.submitted(run_id, name or run_id, config_path)
+        tracked = self._track(entry, agent)
+        try:
+            run = await start_session(
+                agent, prompt, self.store, self._options(run_id, tracked.sink), run_id=run_id
+            )
+        except BaseException:
+            del self.runs[run_id]
+            await self.registry.mark(ABORTED, run_id)
+            raise
+        self._launch(tracked, run)
+        self.publish("RunSubmitted", tracked)
+        return tracked
+
+    async def _resume(self, tracked: Tracked) -> None:
+        run_id = tracked.entry.run_id
+        try:
+            run = await resume_session(
+                tracked.config, run_id, self.store, self._options(run_id, tracked.sink)
+            )
+        except Exception as exc:
+            tracked.error = one_line(exc)
+            self._changed(run_id)
+            return
+        self._launch(tracked, run)
+        self._changed(run_id)
+
+    def _mark(self, tracked: Tracked, disposition: str) -> None:
+        tracked.entry = attrs.evolve(tracked.entry, disposition=disposition)
+
+    # -- operator actions -------------------------------------------------------------------
+
+    async def suspend(self, run_id: str) -> Tracked:
+        """Suspend a live run now (an operator's: a restart does not resume it)."""
+        tracked = self.get(run_id)
+        if not tracked.live or tracked.run is None:
+            raise Conflict(f"run {run_id} is not running (status {tracked.status})")
+        await self.registry.mark(OPERATOR_SUSPENDED, run_id)
+        self._mark(tracked, OPERATOR_SUSPENDED)
+        self._stop(tracked)
+        return tracked
+
+    async def resume(self, run_id: str) -> Tracked:
+        """Resume a suspended or parked run that no task drives."""
+        tracked = self.get(run_id)
+        if tracked.live:
+            raise Conflict(f"run {run_id} is already running")
+        if tracked.status not in ("suspended", "parked") or self.closing:
+            raise Conflict(f"run {run_id} cannot be resumed (status {tracked.status})")
+        await self.registry.mark(RESUMED, run_id)
+        self._mark(tracked, RESUMED)
+        await self._resume(tracked)
+        return tracked
+
+    async def abort(self, run_id: str) -> Tracked:
+        """Stop a run for good: suspended now if live, never resumed, status `aborted`."""
+        tracked = self.get(run_id)
+        if tracked.status in ("aborted", *_ENDED):
+            raise Conflict(f"run {run_id} has ended (status {tracked.status})")
+        await self.registry.mark(ABORTED, run_id)
+        self._mark(tracked, ABORTED)
+        if tracked.live:
+            self._stop(tracked)
+        self._changed(run_id)
+        return tracked
+
+    async def answer(self, run_id: str, tool_use_id: str, approval: Approval) -> Tracked:
+        """Answer a pending approval; a parked session that no task drives is resumed with
+        the answer waiting for it."""
+        tracked = self.get(run_id)
+        if self.desk.answer(run_id, tool_use_id, approval):
+            return tracked
+        pending = tracked.approval
+        if tracked.live or pending is None or pending.get("tool_use_id") != tool_use_id:
+            raise NotFound(f"run {run_id} has no pending approval {tool_use_id!r}")
+        if tracked.status != "parked" or self.closing:
+            raise Conflict(f"run {run_id} cannot take an answer (status {tracked.status})")
+        self.desk.answer_ahead(run_id, tool_use_id, approval)
+        await self.registry.mark(RESUMED, run_id)
+        self._mark(tracked, RESUMED)
+        await self._resume(tracked)
+        return tracked
+
+    def _stop(self, tracked: Tracked) -> None:
+        if tracked.run is not None:
+            tracked.run.request_suspend(now=True)
+        tracked.stopping.set()
+
+    # -- start and shutdown -----------------------------------------------------------------
+
+    async def start(self) -> list[str]:
+        """Load the registry; resume the runs a shutdown suspended or whose owner died.
+        Returns the ids resumed."""
+        entries = await asyncio.to_thread(self.registry.load)
+        resumed = []
+        for entry in entries.values():
+            try:
+                config = await self._config(entry.config)
+            except Exception as exc:
+                tracked = self._track(entry, self.config)
+                tracked.error = f"cannot load {entry.config}: {one_line(exc)}"
+                continue
+            tracked = self._track(entry, config)
+            try:
+                tracked.snapshot = await asyncio.to_thread(self.store.snapshot, entry.run_id)
+            except Exception as exc:
+                tracked.error = one_line(exc)
+                continue
+            snapshot = tracked.snapshot
+            if (
+                entry.resumable
+                and snapshot.status in ("open", States.SUSPENDED)
+                and snapshot.state != States.AWAITING_APPROVAL
+            ):
+                resumed.append(entry.run_id)
+        await asyncio.gather(*(self._resume(self.runs[r]) for r in resumed))
+        return resumed
+
+    async def shutdown(self, on_stopped: Callable[[], None] | None = None) -> list[str]:
+        """Suspend every live run now, wait for them, mark them for the next start; returns
+        the ids marked `shutdown_suspended`."""
+        self.closing = True
+        live = [t for t in self.runs.values() if t.live]
+        for tracked in live:
+            self._stop(tracked)
+        await asyncio.gather(*(t.task for t in live if t.task is not None), return_exceptions=True)
+        marked = [t.entry.run_id for t in live if t.entry.resumable]
+        await self.registry.mark(SHUTDOWN_SUSPENDED, *marked)
+        if on_stopped is not None:
+            on_stopped()
+        self.hub.close()
+        return marked

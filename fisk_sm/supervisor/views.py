@@ -1,0 +1,120 @@
+"""What the control API shows of a run: the `Run` JSON, the transcript's tail and the path.
+
+Every string here is data (a model's text, a tool's output): the JSON carries it as is, and
+whoever shows it (the dashboard, `fisk-sm ctl`) escapes or sanitizes it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from fisk_sm.events.usage import Usage
+
+__all__ = ["STATUSES", "TRANSCRIPT_TAIL", "approval_json", "run_json", "transcript", "usage_json"]
+
+STATUSES = (
+    "queued",
+    "running",
+    "parked",
+    "suspended",
+    "completed",
+    "failed",
+    "budget_exhausted",
+    "iterations_exhausted",
+    "aborted",
+)
+TRANSCRIPT_TAIL = 50
+
+
+def usage_json(usage: Usage) -> dict[str, int]:
+    """A run's tokens by tier, and their total."""
+    return {
+        "input": usage.input_tokens,
+        "output": usage.output_tokens,
+        "cache_read": usage.cache_read_tokens,
+        "cache_creation": usage.cache_create_tokens,
+        "total": usage.total,
+    }
+
+
+def approval_json(approval: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The API's `Approval` from a run's pending approval (`RunData.approval`)."""
+    if not approval:
+        return None
+    return {
+        "run_id": approval.get("run_id", ""),
+        "tool_use_id": approval.get("tool_use_id", ""),
+        "tool": approval.get("name", approval.get("tool", "")),
+        "input": approval.get("input", {}),
+        "tag": approval.get("tag", ""),
+    }
+
+
+def run_json(
+    *,
+    run_id: str,
+    name: str,
+    state: str,
+    status: str,
+    iteration: int,
+    usage: Usage,
+    created: float,
+    approval: dict[str, Any] | None,
+    outcome: str | None,
+    answer: str,
+) -> dict[str, Any]:
+    """The API's `Run` object."""
+    return {
+        "run_id": run_id,
+        "name": name,
+        "state": state,
+        "status": status,
+        "iteration": iteration,
+        "tokens": usage_json(usage),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(created)),
+        "age_seconds": round(max(0.0, time.time() - created), 3),
+        "approval": approval,
+        "outcome": outcome,
+        "answer": answer,
+    }
+
+
+def _result_text(content: object) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(str(b.get("text", "")) for b in content if isinstance(b, dict))
+    return ""
+
+
+def _entries(message: dict[str, Any]) -> list[dict[str, Any]]:
+    role = "assistant" if message.get("role") == "assistant" else "user"
+    content = message.get("content")
+    if isinstance(content, str):
+        return [{"role": role, "kind": "text", "text": content}]
+    entries: list[dict[str, Any]] = []
+    for block in content if isinstance(content, list) else ():
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind == "text":
+            entries.append({"role": role, "kind": "text", "text": str(block.get("text", ""))})
+        elif kind == "thinking":
+            text = str(block.get("thinking", ""))
+            entries.append({"role": role, "kind": "thinking", "text": text})
+        elif kind == "tool_use":
+            text = json.dumps(block.get("input", {}), ensure_ascii=False, default=str)
+            name = str(block.get("name", ""))
+            entries.append({"role": role, "kind": "tool_use", "text": text, "name": name})
+        elif kind == "tool_result":
+            entry = {"role": role, "kind": "tool_result"}
+            entry["text"] = _result_text(block.get("content"))
+            entries.append({**entry, "is_error": bool(block.get("is_error", False))})
+    return entries
+
+
+def transcript(messages: Sequence[dict[str, Any]], tail: int = TRANSCRIPT_TAIL) -> list[Any]:
+    """The conversation as `Entry` objects, the last `tail` of them."""
+    entries = [entry for message in messages for entry in _entries(message)]
+    return entries[-tail:]
