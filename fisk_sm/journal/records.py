@@ -198,11 +198,31 @@ configure_tagged_union(
 )
 
 
+_FIELD_NAMES = {cls: tuple(f.name for f in attrs.fields(cls)) for cls in _TAGS}
+
+
+def _unstructure(record: Record) -> dict[str, Any]:
+    """The record as the converter unstructures it (its fields in order, an assistant's usage
+    as its tiers, then the tag) without the converter's per-field dispatch."""
+    cls = type(record)
+    data = {name: getattr(record, name) for name in _FIELD_NAMES[cls]}
+    if cls is Assistant:
+        usage = data.pop("usage")
+        for tier in _TIERS:
+            data[tier] = getattr(usage, tier)
+    data["type"] = _TAGS[cls]
+    return data
+
+
 def encode(record: Record) -> str:
     """One JSON line (no newline) for `record`."""
-    data = converter.unstructure(record, Record)
-    # ensure_ascii=False: non-Latin text would double in size as \u escapes.
-    line = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+    try:
+        data = _unstructure(record)
+        # ensure_ascii=False: non-Latin text would double in size as \u escapes.
+        line = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+    except TypeError:  # a value only the converter can make JSON of (an attrs object in a dict)
+        data = converter.unstructure(record, Record)
+        line = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
     if not line.isascii():
         try:
             line.encode()
@@ -359,7 +379,7 @@ def _tool_result(d: dict[str, Any]) -> Record | None:
 
 def _user(d: dict[str, Any]) -> Record | None:
     seq, message = d.get("seq"), d.get("message")
-    if type(seq) is int and type(message) is dict:  # BREAK
+    if len(d) == 2 and type(seq) is int and type(message) is dict:
         return User(seq, message)
     return None
 
