@@ -63,7 +63,7 @@ else:
     HAVE_LANGGRAPH = True
 
 # suspend_check, call, journal, decide, budget_check, execute, feed_back
-TRANSITIONS_PER_ITERATION = 7
+TRANSITIONS_PER_ITERATION = 8
 TRANSITIONS_FINAL = 4  # suspend_check, call, journal, decide -> completed
 OVERHEAD_TARGET_US = 100.0
 LANGGRAPH_TARGET_RATIO = 4.0

@@ -41,12 +41,13 @@ library never configures that logger (the command line sets it to WARNING).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable, Mapping
 from enum import Enum
 from typing import Any, Protocol
 
 import attrs
-from transitions import Event, EventData, Machine, State
+from transitions import Event, EventData, Machine, State, Transition
 
 from fisk_sm.machine.table import Table, TableError, TransitionSpec
 
@@ -68,10 +69,28 @@ class _State(State):
             event_data.machine.callbacks(self.on_exit, event_data)
 
 
+class _Transition(Transition):
+    """A `transitions` Transition that executes as the base class does, without its four
+    debug log calls per fire (a third of the evaluator's own time at the loop's rate)."""
+
+    def execute(self, event_data: EventData) -> bool:
+        machine = event_data.machine
+        if self.prepare:  # the table gives no prepare callbacks
+            machine.callbacks(self.prepare, event_data)
+        if not all(cond.check(event_data) for cond in self.conditions):
+            return False
+        machine.callbacks(itertools.chain(machine.before_state_change, self.before), event_data)
+        if self.dest:
+            self._change_state(event_data)
+        machine.callbacks(itertools.chain(self.after, machine.after_state_change), event_data)
+        return True
+
+
 class _Machine(Machine):
     """The `transitions` Machine with `str` state lookups and callbacks that do not log."""
 
     state_cls = _State
+    transition_cls = _Transition
 
     def get_state(self, state: str | Enum) -> State:
         # one lookup for the str names of this table; the base class tests for an Enum first
