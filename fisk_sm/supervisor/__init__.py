@@ -4,7 +4,8 @@ control API (`fisk-sm supervise`)."""
 from fisk_sm.supervisor.desk import ApprovalDesk, DeskPrompter, PendingApproval
 from fisk_sm.supervisor.hub import EventHub
 from fisk_sm.supervisor.registry import Registry, RegistryEntry
-from fisk_sm.supervisor.supervisor import Conflict, NotFound, Supervisor, Tracked
+from fisk_sm.supervisor.supervisor import Conflict, NotFound, Supervisor
+from fisk_sm.supervisor.tracked import Tracked
 
 __all__ = [
     "ApprovalDesk",
