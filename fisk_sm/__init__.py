@@ -14,6 +14,7 @@ from fisk_sm.config.agent import (
     load_config,
     parse_config,
 )
+from fisk_sm.config.mcp import McpServer
 from fisk_sm.events.adapters import JsonLinesEvents, StructlogEvents
 from fisk_sm.events.types import (
     ApprovalAsked,
@@ -32,10 +33,12 @@ from fisk_sm.events.types import (
     ToolFinished,
     WarningRaised,
 )
-from fisk_sm.journal.base import Journal, JournalError, MemoryJournal
+from fisk_sm.journal.base import Journal, JournalError, MemoryJournal, SessionStore
 from fisk_sm.journal.filestore import FileStore
 from fisk_sm.journal.fold import fold
+from fisk_sm.journal.jetstream import JetStreamJournal, JetStreamStore
 from fisk_sm.journal.snapshot import RunData, Snapshot, Usage
+from fisk_sm.loop.actions import Inbox, InputSource
 from fisk_sm.loop.explain import Explanation
 from fisk_sm.loop.fingerprint import ResumeRefused
 from fisk_sm.loop.harness import Harness, RunOptions
@@ -66,11 +69,16 @@ __all__ = [
     "FileStore",
     "GuardCheck",
     "Harness",
+    "Inbox",
+    "InputSource",
+    "JetStreamJournal",
+    "JetStreamStore",
     "Journal",
     "JournalError",
     "JsonLinesEvents",
     "LLMConfig",
     "LineUI",
+    "McpServer",
     "MemoryJournal",
     "MessageReceived",
     "ModelClient",
@@ -90,6 +98,7 @@ __all__ = [
     "RunResumed",
     "RunStarted",
     "ScriptedPrompter",
+    "SessionStore",
     "Snapshot",
     "StateEntered",
     "Step",

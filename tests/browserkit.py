@@ -12,13 +12,21 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
-from test_report_browser import chromium_path
 
 __all__ = ["Watched", "artifact", "browser_or_skip", "chromium_path"]
+
+
+def chromium_path() -> str | None:
+    """The system Chromium: $FISK_SM_CHROMIUM, else `chromium` (Debian) on PATH."""
+    named = os.environ.get("FISK_SM_CHROMIUM")
+    if named:
+        return named if Path(named).is_file() else None
+    return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 def artifact(name: str) -> Path:

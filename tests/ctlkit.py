@@ -26,10 +26,10 @@ from crashkit import Lines
 
 from fisk_sm.testing import FakeMessagesAPI
 
-__all__ = ["CLI", "CTL", "DEADLINE", "Supervisor", "ctl", "http", "wait_until"]
+__all__ = ["CLI", "DEADLINE", "Supervisor", "ctl", "http", "wait_until"]
 
 CLI = [sys.executable, "-m", "fisk_sm.cli"]
-CTL = CLI
+
 #: How long a wait polls before the test fails (generous: machines are noisy).
 DEADLINE = 120.0
 TOOLS = '''
@@ -86,7 +86,7 @@ def ctl(url: str | None, *args: str, **env: str) -> subprocess.CompletedProcess[
     environ = {k: v for k, v in os.environ.items() if not k.startswith("FISK_SM_")}
     where = ["--url", url] if url else []
     return subprocess.run(
-        [*CTL, "ctl", *where, *args],
+        [*CLI, "ctl", *where, *args],
         capture_output=True,
         text=True,
         env={**environ, **env},

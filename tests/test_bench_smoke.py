@@ -22,6 +22,7 @@ BENCH = Path(__file__).resolve().parents[1] / "bench"
         ("journal.py", ["--quick"], "journal/content"),
         ("concurrency.py", ["--runs", "4", "--calls", "2", "--latency", "0.001"], "throughput"),
         ("supervisor.py", ["--runs", "3", "--calls", "2", "--latency", "0.001"], "RSS per run"),
+        ("distributed.py", ["--smallest"], "throughput ratio 3/1"),
     ],
 )
 def test_the_benchmark_runs(script: str, args: list[str], figure: str) -> None:

@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 from crashkit import Lines
-from ctlkit import CTL, DEADLINE, Supervisor, ctl
+from ctlkit import CLI, DEADLINE, Supervisor, ctl
 
-from fisk_sm.cli.ctl import _sse
+from fisk_sm.cli.ctl_client import read_events
 from fisk_sm.cli.ctl_format import event_line, runs_table, show_run
 from fisk_sm.testing import FakeMessagesAPI, Reply, first_user_text, turn_of
 
@@ -102,7 +102,7 @@ def test_submit_ls_show_approve_once_completes_the_run(
 
     answered = ctl(sup.url, "approve", run_id, approval["tool_use_id"], "once")
     assert answered.returncode == 0, answered.stderr
-    assert answered.stdout.startswith(f"{run_id}: answered once; status ")
+    assert answered.stdout == f"{run_id}: answered once ({approval['tool_use_id']})\n"
     run = sup.wait_status(run_id, "completed")
     assert run["answer"] == "deployed, all done"
     assert sup.effects_lines().count("prod") >= 1
@@ -173,14 +173,14 @@ def test_events_follow_shows_each_step_and_json_is_the_servers(
     api.add_conversation(prompt, *deploy_then("watched and done", target="dev"))
     env = {k: v for k, v in os.environ.items() if not k.startswith("FISK_SM_")}
     follow = subprocess.Popen(
-        [*CTL, "ctl", "events", "--follow"],
+        [*CLI, "ctl", "events", "--follow"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env={**env, "FISK_SM_URL": sup.url},  # found through $FISK_SM_URL
     )
     raw = subprocess.Popen(
-        [*CTL, "ctl", "--url", sup.url, "--json", "events", "--follow"],
+        [*CLI, "ctl", "--url", sup.url, "--json", "events", "--follow"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -244,7 +244,7 @@ def test_events_without_follow_stop_when_the_run_stops(
         run_id = submit(sup, prompt)
         assert sup.wait_status(run_id, "running")["state"] == "call"
         watch = subprocess.Popen(
-            [*CTL, "ctl", "--url", sup.url, "events", "--run", run_id],
+            [*CLI, "ctl", "--url", sup.url, "events", "--run", run_id],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -307,10 +307,12 @@ def test_error_exit_codes(sup: Supervisor, tmp_path: Path) -> None:
     assert missing.returncode == 1, missing
     assert missing.stderr.startswith("fisk-sm ctl: the supervisor answered 404: ")
     assert ctl(sup.url, "approve", "no-such-run", "toolu_x", "once").returncode == 1
-    assert ctl(sup.url, "suspend", "../../api/runs").returncode == 1  # quoted, not a path
 
     for args in (
         ["approve", "r", "t", "maybe"],  # not an answer
+        ["suspend", "../../api/runs"],  # not a run id: it would step out of /api/runs/
+        ["approve", "r", "../../../openapi.json", "once"],
+        ["events", "--run", "a/b"],
         ["show"],  # no run
         [],  # no command
         ["frobnicate"],
@@ -333,6 +335,24 @@ def test_token_refused_is_77(api: FakeMessagesAPI, tmp_path: Path) -> None:
         assert ctl(sup.url, "--token", "s3cret-token", "ls").returncode == 0
         assert ctl(sup.url, "ls", FISK_SM_TOKEN="s3cret-token").returncode == 0
         assert ctl(sup.url, "events", "--follow", FISK_SM_TOKEN="wrong").returncode == 77
+
+
+def test_events_follow_says_when_the_supervisor_goes_away(
+    api: FakeMessagesAPI, tmp_path: Path
+) -> None:
+    sup = Supervisor(tmp_path, api).start()
+    follow = subprocess.Popen(
+        [*CLI, "ctl", "--url", sup.url, "events", "--follow"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert follow.stderr is not None
+    said = Lines(follow.stderr)
+    said.wait_for("following the events of", DEADLINE)
+    assert sup.stop() == 0
+    assert follow.wait(DEADLINE) == 69
+    assert f"fisk-sm ctl: the supervisor at {sup.url} closed the event stream" in said.text()
 
 
 def test_help_explains_every_command() -> None:
@@ -361,7 +381,7 @@ def test_sse_parser_joins_data_lines_and_skips_comments() -> None:
         b"event: Tail\n",
         b"data: unterminated\n",
     ]
-    assert list(_sse(stream)) == [("RunUpdated", '{"a":\n1}'), ("message", "plain"),
+    assert list(read_events(stream)) == [("RunUpdated", '{"a":\n1}'), ("message", "plain"),
                                   ("Tail", "unterminated")]  # fmt: skip
 
 

@@ -92,7 +92,7 @@ def test_mermaid_shows_the_path_of_two_tool_turns(two_turns: Path) -> None:
     assert edges["execute", "feed_back"] == "2. tool_done [else] ×2"
     assert edges["execute", "gate"] == "1. tool_done [tools_pending]"  # never fired
     assert edges["gate", "awaiting_approval"] == "1. gated [approval_pending]"  # nothing gated
-    assert edges["decide", "completed"] == "2. decided [turn_is_final] ×1"
+    assert edges["decide", "completed"] == "3. decided [turn_is_final] ×1"
 
 
 def svg_nodes(text: str) -> tuple[dict[str, tuple[str, str]], dict[str, tuple[str, str]]]:

@@ -22,8 +22,9 @@ import pytest
 from conftest import make_config
 
 from fisk_sm import AgentConfig, Fanout, JsonLinesEvents, Recorder, Run, Tool, WarningRaised, tool
+from fisk_sm.journal.decode import decode
 from fisk_sm.journal.filestore import FileJournal, FileStore
-from fisk_sm.journal.records import Assistant, ToolStarted, decode
+from fisk_sm.journal.records import Assistant, ToolStarted
 from fisk_sm.loop.harness import RunOptions
 from fisk_sm.loop.sessions import resume_session, start_session
 from fisk_sm.model import clients

@@ -200,5 +200,5 @@ def test_info_lists_tools_with_kind_tags_and_gating(api: FakeMessagesAPI, tmp_pa
     assert rows["say"].split()[1] == "exec" and "yes (ai:confirm)" in rows["say"]
     assert rows["memory_write"].split()[1] == "memory" and rows["memory_write"].endswith("no")
     assert "not offered (ai:deny or the tool selection): gone" in done.stdout
-    assert f"directory       {tmp_path / 'mem'}" in done.stdout
+    assert f"location        {tmp_path / 'mem'}" in done.stdout
     assert "warning: confirm_tag_unmatched deploy" in done.stdout

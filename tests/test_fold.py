@@ -7,6 +7,7 @@ from typing import Any
 import attrs
 import pytest
 
+from fisk_sm.journal.decode import decode
 from fisk_sm.journal.fold import FoldError, fold
 from fisk_sm.journal.records import (
     FORMAT_VERSION,
@@ -17,7 +18,6 @@ from fisk_sm.journal.records import (
     ToolResult,
     ToolStarted,
     User,
-    decode,
     encode,
 )
 from fisk_sm.journal.snapshot import Snapshot, Usage

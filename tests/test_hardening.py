@@ -23,6 +23,7 @@ from fisk_sm.cli.main import main
 from fisk_sm.config.agent import AgentConfig, ConfigError, ToolSpec, parse_config
 from fisk_sm.config.exec import Argument, ExecToolSpec
 from fisk_sm.config.harness import RemoteHost
+from fisk_sm.config.mcp import McpServer
 
 CLI = [sys.executable, "-m", "fisk_sm.cli"]
 
@@ -32,6 +33,7 @@ CONTAINERS: dict[type, tuple[str, ...]] = {
     ExecToolSpec: ("tools", "1"),
     Argument: ("tools", "1", "arguments", "0"),
     RemoteHost: ("remote_tools", "0"),
+    McpServer: ("mcp_servers", "0"),
 }
 #: A valid config holding one of each of those classes.
 FULL: dict[str, Any] = {
@@ -45,6 +47,7 @@ FULL: dict[str, Any] = {
         },
     ],
     "remote_tools": [{"alias": "a", "subject": "s"}],
+    "mcp_servers": [{"alias": "m", "command": ["mcp-server"]}],
 }
 
 
@@ -94,6 +97,9 @@ def test_the_sweep_finds_the_list_fields_we_know_of() -> None:
         "tools.1.arguments",
         "tools.1.arguments.0.values",
         "remote_tools",
+        "mcp_servers",
+        "mcp_servers.0.command",
+        "mcp_servers.0.tags",
         "harness.confirm_tags",
         "harness.tools.include.names",
         "harness.tools.include.tags",

@@ -18,6 +18,7 @@ import pytest
 
 from fisk_sm.events.usage import Usage
 from fisk_sm.journal import records as records_module
+from fisk_sm.journal.decode import decode
 from fisk_sm.journal.records import (
     FORMAT_VERSION,
     ApprovalAnswered,
@@ -29,7 +30,6 @@ from fisk_sm.journal.records import (
     ToolResult,
     ToolStarted,
     User,
-    decode,
     encode,
 )
 
@@ -158,3 +158,26 @@ def test_every_problem_of_a_line_is_listed() -> None:
         "malformed user record: missing 'seq'; missing 'message'; "
         "Extra fields in constructor for User: bogus"
     )
+
+
+def reference_encode(record: Record) -> str:
+    """The encoder as it was: the converter's unstructuring, compact JSON, non-ASCII kept
+    unless a lone surrogate forces escapes."""
+    data = records_module.converter.unstructure(record, Record)
+    line = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+    try:
+        line.encode()
+    except UnicodeEncodeError:
+        return json.dumps(data, separators=(",", ":"))
+    return line
+
+
+@pytest.mark.parametrize("record", SAMPLES, ids=lambda r: type(r).__name__)
+def test_each_record_encodes_to_the_same_line_as_through_the_converter(record: Record) -> None:
+    assert encode(record) == reference_encode(record)
+
+
+def test_a_value_only_the_converter_can_unstructure_still_encodes() -> None:
+    record = User(2, {"role": "user", "content": "x", "usage": Usage(1, 2)})
+    assert encode(record) == reference_encode(record)
+    assert json.loads(encode(record))["message"]["usage"]["output_tokens"] == 2

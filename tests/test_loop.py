@@ -302,6 +302,7 @@ def test_sync_facade_steps_without_an_event_loop(api: FakeMessagesAPI) -> None:
         "call",
         guard=None,
         tried=(
+            GuardCheck("awaiting_input", "chat_turn_stopped", False),
             GuardCheck("iterations_exhausted", "iteration_cap_reached", False),
             GuardCheck("suspended", "suspend_requested", False),
         ),

@@ -48,6 +48,9 @@ def probe_machine(path: Path | None = None) -> LoopMachine:
     )
 
 
+CHAT_STOP = ("awaiting_input", "chat_turn_stopped")
+CHAT_CALL = ("awaiting_input", "chat_call_failed")
+CHAT_END = ("awaiting_input", "chat_turn_ended")
 CAP = ("iterations_exhausted", "iteration_cap_reached")
 SUSPEND = ("suspended", "suspend_requested")
 CANCELLED = ("suspended", "call_cancelled")
@@ -57,21 +60,30 @@ BUDGET = ("budget_exhausted", "over_budget")
 PENDING_GATE = ("gate", "tools_pending")
 ASKING = ("awaiting_approval", "approval_pending")
 STILL_PENDING = ("suspended", "approval_pending")
+ASLEEP = ("suspended", "suspend_requested")
+ENDED = ("completed", "input_ended")
 
 
 @pytest.mark.parametrize(
     ("source", "outcomes", "destination", "guard", "tried"),
     [
-        ("suspend_check", {}, "call", None, [CAP, SUSPEND]),
+        ("suspend_check", {}, "call", None, [CHAT_STOP, CAP, SUSPEND]),
         ("suspend_check", {"iteration_cap_reached": True, "suspend_requested": True},
-         "iterations_exhausted", "iteration_cap_reached", []),
-        ("suspend_check", {"suspend_requested": True}, "suspended", "suspend_requested", [CAP]),
-        ("call", {"call_failed": True}, "failed", "call_failed", [CANCELLED]),
+         "iterations_exhausted", "iteration_cap_reached", [CHAT_STOP]),
+        ("suspend_check", {"suspend_requested": True}, "suspended", "suspend_requested",
+         [CHAT_STOP, CAP]),
+        ("suspend_check", {"chat_turn_stopped": True, "iteration_cap_reached": True},
+         "awaiting_input", "chat_turn_stopped", []),
+        ("call", {"call_failed": True}, "failed", "call_failed", [CANCELLED, CHAT_CALL]),
+        ("call", {"chat_call_failed": True, "call_failed": True},
+         "awaiting_input", "chat_call_failed", [CANCELLED]),
         ("call", {"call_cancelled": True, "call_failed": True},
          "suspended", "call_cancelled", []),
         ("journal", {}, "decide", None, []),
-        ("decide", {"turn_is_final": True}, "completed", "turn_is_final", [UNUSABLE]),
-        ("decide", {}, "budget_check", None, [UNUSABLE, FINAL]),
+        ("decide", {"turn_is_final": True}, "completed", "turn_is_final", [CHAT_END, UNUSABLE]),
+        ("decide", {}, "budget_check", None, [CHAT_END, UNUSABLE, FINAL]),
+        ("decide", {"chat_turn_ended": True, "turn_is_final": True},
+         "awaiting_input", "chat_turn_ended", []),
         ("budget_check", {"tools_pending": True}, "gate", "tools_pending", [BUDGET]),
         ("budget_check", {"over_budget": True, "tools_pending": True},
          "budget_exhausted", "over_budget", []),
@@ -82,6 +94,10 @@ STILL_PENDING = ("suspended", "approval_pending")
         ("execute", {}, "feed_back", None, [PENDING_GATE]),
         ("execute", {"tools_pending": True}, "gate", "tools_pending", []),
         ("feed_back", {}, "suspend_check", None, []),
+        ("awaiting_input", {}, "suspend_check", None, [ASLEEP, ENDED]),
+        ("awaiting_input", {"suspend_requested": True, "input_ended": True},
+         "suspended", "suspend_requested", []),
+        ("awaiting_input", {"input_ended": True}, "completed", "input_ended", [ASLEEP]),
     ],
 )  # fmt: skip
 def test_step_names_the_guard_taken_and_the_guards_tried_in_order(
@@ -145,7 +161,9 @@ async def test_a_run_steps_report_the_guards_its_data_decided(api: FakeMessagesA
         step = await run.step()
         steps.setdefault((step.source, step.destination), step)
     unusable = GuardCheck("failed", "turn_unusable", False)
+    chat = GuardCheck("awaiting_input", "chat_turn_ended", False)
     assert steps["decide", "budget_check"].tried == (
+        chat,
         unusable,
         GuardCheck("completed", "turn_is_final", False),
     )
@@ -153,7 +171,7 @@ async def test_a_run_steps_report_the_guards_its_data_decided(api: FakeMessagesA
     assert tools.guard == "tools_pending"
     assert tools.tried == (GuardCheck("budget_exhausted", "over_budget", False),)
     final = steps["decide", "completed"]
-    assert (final.guard, final.tried) == ("turn_is_final", (unusable,))
+    assert (final.guard, final.tried) == ("turn_is_final", (chat, unusable))
 
 
 async def test_every_run_shares_the_one_machine_and_none_is_added_to_it(

@@ -27,8 +27,8 @@ from fisk_sm.tools.memory import (
     check_key,
     default_memory_directory,
     memory_index,
-    memory_tools,
 )
+from fisk_sm.tools.memory_tools import memory_tools
 
 
 def _names(directory: Path) -> list[str]:

@@ -19,13 +19,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from browserkit import chromium_path
 
 from fisk_sm.config.states import STATE_NAMES
 from fisk_sm.testing import FakeMessagesAPI, Reply
@@ -47,14 +47,6 @@ CALLS: list[tuple[str, dict[str, Any]]] = [
     ("add", {"a": 17, "b": 25}),
     ("shout", {"text": "fisk <b>sm</b> & co"}),  # HTML in the input must show as text
 ]
-
-
-def chromium_path() -> str | None:
-    """The system Chromium: $FISK_SM_CHROMIUM, else `chromium` (Debian) on PATH."""
-    named = os.environ.get("FISK_SM_CHROMIUM")
-    if named:
-        return named if Path(named).is_file() else None
-    return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 def fisk(*args: str) -> subprocess.CompletedProcess[str]:

@@ -278,3 +278,22 @@ def _request(method: str, url: str, body: Any) -> tuple[int, Any]:
             return response.status, json.loads(response.read())
     except urllib.error.HTTPError as exc:
         return exc.code, json.loads(exc.read())
+
+
+async def test_the_stream_tells_a_run_ended_with_its_last_run_event(tmp_path: Path) -> None:
+    conversations = {"look": [Reply.tool_use("look", {"what": "x"}), Reply.text("seen")]}
+    with FakeMessagesAPI(conversations=conversations) as api:
+
+        async def body(sup: Supervisor) -> None:
+            subscriber = sup.hub.subscribe()
+            run = await sup.submit("look")
+            await until(lambda: run.status == "completed" and not run.live, "the run to end")
+            updates = []
+            while not subscriber.queue.empty():
+                item = subscriber.queue.get_nowait()
+                if item is not None and item[0] in ("RunSubmitted", "RunUpdated"):
+                    updates.append(json.loads(item[1]))
+            assert updates[-1]["status"] == "completed", updates[-1]
+            assert updates[-1]["state"] == "completed" and updates[-1]["answer"] == "seen"
+
+        await supervised(tmp_path, api, body)

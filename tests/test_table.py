@@ -21,7 +21,7 @@ from fisk_sm.machine.table import Table, TableError, load_table
 
 LOOP_STATES = [
     "suspend_check", "call", "journal", "decide", "budget_check",
-    "gate", "awaiting_approval", "execute", "feed_back",
+    "gate", "awaiting_approval", "execute", "feed_back", "awaiting_input",
 ]  # fmt: skip
 TERMINALS = ["completed", "suspended", "budget_exhausted", "iterations_exhausted", "failed"]
 
@@ -109,9 +109,10 @@ def test_exits_are_labelled_in_the_order_they_are_tried_the_fallback_as_else() -
     table = load_table()
     labels = [exit_label(table, t) for t in table.exits("suspend_check")]
     assert labels == [
-        "1. boundary [iteration_cap_reached]",
-        "2. boundary [suspend_requested]",
-        "3. boundary [else]",
+        "1. boundary [chat_turn_stopped]",
+        "2. boundary [iteration_cap_reached]",
+        "3. boundary [suspend_requested]",
+        "4. boundary [else]",
     ]
     assert [exit_label(table, t) for t in table.exits("journal")] == ["journaled"]
 

@@ -18,13 +18,21 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
-import urllib.error
 import urllib.parse
-import urllib.request
-from collections.abc import Iterator
 from typing import Any
 
+from fisk_sm.cli.ctl_client import (
+    DEFAULT_URL,
+    EXIT_NOPERM,
+    EXIT_UNAVAILABLE,
+    Client,
+    CtlError,
+    default_url,
+    parse_json,
+    read_events,
+)
 from fisk_sm.cli.ctl_format import (
     approvals_table,
     event_line,
@@ -32,7 +40,7 @@ from fisk_sm.cli.ctl_format import (
     runs_table,
     show_run,
 )
-from fisk_sm.journal.filestore import default_directory
+from fisk_sm.journal.filestore import InvalidIdError, check_run_id
 from fisk_sm.operator.sanitize import for_terminal, sanitize, say
 
 __all__ = [
@@ -45,146 +53,21 @@ __all__ = [
     "default_url",
 ]
 
-DEFAULT_URL = "http://127.0.0.1:8765"
-#: No supervisor answered (sysexits.h EX_UNAVAILABLE).
-EXIT_UNAVAILABLE = 69
-#: The supervisor refused the token (sysexits.h EX_NOPERM).
-EXIT_NOPERM = 77
-#: How long a request (not the event stream) may wait for its answer.
-TIMEOUT = 30.0
 ANSWERS = ("once", "always", "deny")
 
 
-class CtlError(Exception):
-    """What ends `ctl` early: one line for stderr and the exit code."""
-
-    def __init__(self, message: str, code: int) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-def default_url(env: dict[str, str] | None = None) -> str:
-    """`$FISK_SM_URL`, else the URL in the default sessions directory's `supervisor.url`
-    (`$XDG_STATE_HOME/fisk-sm/runs`), else 127.0.0.1:8765."""
-    env = dict(os.environ) if env is None else env
-    if env.get("FISK_SM_URL"):
-        return env["FISK_SM_URL"]
-    try:  # where `supervise` writes it with the default sessions directory
-        written = (default_directory(env) / "supervisor.url").read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        written = ""
-    return written.strip() or DEFAULT_URL
-
-
-def _checked_url(url: str) -> str:
-    """`url` without a trailing slash, or a CtlError (exit 2) naming --url."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise CtlError(f"--url: not an http(s) URL: {sanitize(url, 200)}", 2)
-    try:
-        parts.port  # noqa: B018 - the property validates the port
-    except ValueError:
-        raise CtlError(f"--url: bad port in {sanitize(url, 200)}", 2) from None
-    return url.rstrip("/")
-
-
-def _checked_token(token: str) -> str:
-    if any(ord(c) < 0x21 or ord(c) > 0x7E for c in token):
-        raise CtlError("--token: only printable ASCII without spaces is allowed", 2)
-    return token
-
-
-class Client:
-    """The control API at `url`, with `token` (if any) as a bearer token."""
-
-    def __init__(self, url: str, token: str | None) -> None:
-        self.url = _checked_url(url)
-        self.token = _checked_token(token) if token else None
-
-    def _request(
-        self, method: str, path: str, body: dict[str, Any] | None
-    ) -> urllib.request.Request:
-        headers = {"Accept": "application/json"}
-        data = None
-        if body is not None:
-            data = json.dumps(body).encode()
-            headers["Content-Type"] = "application/json"
-        if self.token:
-            headers["Authorization"] = f"Bearer {self.token}"
-        return urllib.request.Request(self.url + path, data=data, headers=headers, method=method)
-
-    def _open(self, request: urllib.request.Request, timeout: float | None) -> Any:
-        try:
-            return urllib.request.urlopen(request, timeout=timeout)
-        except urllib.error.HTTPError as e:
-            raise _refusal(e) from None
-        except (urllib.error.URLError, OSError) as e:
-            reason = getattr(e, "reason", e)
-            raise CtlError(
-                f"cannot connect to the supervisor at {self.url}: {reason}", EXIT_UNAVAILABLE
-            ) from None
-
-    def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> bytes:
-        """The body of the server's (2xx) answer to `method path`."""
-        with self._open(self._request(method, path, body), TIMEOUT) as response:
-            try:
-                return bytes(response.read())
-            except OSError as e:  # a timeout too
-                raise CtlError(f"{self.url}: the answer broke off: {e}", EXIT_UNAVAILABLE) from None
-
-    def stream(self, path: str) -> Any:
-        """The open response of the event stream at `path` (once subscribed, before any event):
-        read it with `_sse`."""
-        request = self._request("GET", path, None)
-        request.add_header("Accept", "text/event-stream")
-        return self._open(request, None)
-
-
-def _refusal(error: urllib.error.HTTPError) -> CtlError:
-    """The server's `{"error": ...}` as one line, with the exit code its status means."""
-    try:
-        message = str(json.loads(error.read())["error"])
-    except (ValueError, KeyError, TypeError, OSError):
-        message = str(error.reason)
-    status = error.code
-    code = {400: 2, 401: EXIT_NOPERM, 403: EXIT_NOPERM}.get(status, 1)
-    return CtlError(f"the supervisor answered {status}: {sanitize(message, 300)}", code)
-
-
-def _sse(lines: Any) -> Iterator[tuple[str, str]]:
-    """Parse a text/event-stream: each event's name (default "message") and joined data lines."""
-    name, data = "", list[str]()
-    for raw in lines:
-        line = raw.decode("utf-8", "replace").rstrip("\r\n")
-        if not line:
-            if data:
-                yield name or "message", "\n".join(data)
-            name, data = "", list[str]()
-        elif line.startswith(":"):
-            continue  # a comment: the server's keep-alive
-        else:
-            field, _, value = line.partition(":")
-            value = value.removeprefix(" ")
-            if field == "event":
-                name = value
-            elif field == "data":
-                data.append(value)
-    if data:
-        yield name or "message", "\n".join(data)
-
-
-def _json(body: bytes) -> Any:
-    try:
-        return json.loads(body)
-    except ValueError:
-        raise CtlError(
-            "the server's answer is not JSON: is that a fisk-sm supervisor?", 1
-        ) from None
+#: A tool_use id as the API gives them (`toolu_...`, or the desk's `call-N`).
+_TOOL_USE_ID = re.compile(r"[A-Za-z0-9_-]{1,256}")
 
 
 def _run_path(run_id: str, *rest: str) -> str:
-    if not run_id:
-        raise CtlError("RUN: empty run id", 2)
+    """`/api/runs/RUN/...`; a RUN or TOOL_USE_ID that could step out of it is bad input."""
+    try:
+        check_run_id(run_id)
+    except InvalidIdError as e:
+        raise CtlError(f"RUN: {sanitize(str(e), 200)}", 2) from None
+    if rest[1:2] and not _TOOL_USE_ID.fullmatch(rest[1]):
+        raise CtlError(f"TOOL_USE_ID: not a tool_use id: {sanitize(rest[1], 80)!r}", 2)
     return "/".join(["/api/runs", *(urllib.parse.quote(p, safe="") for p in (run_id, *rest))])
 
 
@@ -193,7 +76,7 @@ def _out(text: str) -> None:
     sys.stdout.flush()
 
 
-def _print_json(body: bytes) -> None:
+def _printparse_json(body: bytes) -> None:
     """The server's JSON as it came (stripped of controls only on a terminal)."""
     _out(for_terminal(body.decode("utf-8", "replace").strip(), sys.stdout))
 
@@ -207,6 +90,8 @@ def _run_command(client: Client, args: argparse.Namespace) -> int:
             body["name"] = args.name
         if args.config is not None:
             body["config"] = args.config
+        if args.chat:
+            body["chat"] = True
         raw = client.call("POST", "/api/runs", body)
     elif command == "ls":
         raw = client.call("GET", "/api/runs")
@@ -214,15 +99,17 @@ def _run_command(client: Client, args: argparse.Namespace) -> int:
         raw = client.call("GET", _run_path(args.run))
     elif command in ("suspend", "resume", "abort"):
         raw = client.call("POST", _run_path(args.run, command))
+    elif command == "say":
+        raw = client.call("POST", _run_path(args.run, "say"), {"text": args.text})
     elif command == "approve":
         path = _run_path(args.run, "approvals", args.tool_use_id)
         raw = client.call("POST", path, {"answer": args.answer})
     else:  # approvals
         raw = client.call("GET", "/api/approvals")
     if args.json:
-        _print_json(raw)
+        _printparse_json(raw)
         return 0
-    value = _json(raw)
+    value = parse_json(raw)
     if not isinstance(value, dict):
         raise CtlError("the server's answer is not a JSON object", 1)
     if command == "submit":
@@ -234,8 +121,12 @@ def _run_command(client: Client, args: argparse.Namespace) -> int:
     elif command == "approvals":
         _out(approvals_table(value.get("approvals") or []))
     else:
-        verb = f"answered {args.answer}" if command == "approve" else f"{command} requested"
-        _out(run_line(value, verb))
+        if command == "approve":  # the run takes the answer after this reply: no status yet
+            _out(f"{sanitize(args.run)}: answered {args.answer} ({sanitize(args.tool_use_id)})")
+        elif command == "say":  # likewise the follow-up
+            _out(f"{sanitize(args.run)}: follow-up posted")
+        else:
+            _out(run_line(value, f"{command} requested"))
     return 0
 
 
@@ -255,6 +146,8 @@ def _stopped(name: str, fields: dict[str, Any]) -> bool:
 def _events(client: Client, args: argparse.Namespace) -> int:
     """`ctl events`: one line per event. With --follow, until interrupted; without, until
     every run that was queued or running (or RUN, with --run) has stopped."""
+    if args.run:
+        _run_path(args.run)  # the same check as every other RUN
     query = "?" + urllib.parse.urlencode({"run": args.run}) if args.run else ""
     with client.stream("/api/events" + query) as response:
         waiting: set[str] | None = None
@@ -262,16 +155,16 @@ def _events(client: Client, args: argparse.Namespace) -> int:
             say(f"fisk-sm ctl: following the events of {client.url} (interrupt to stop)")
         else:  # subscribed before listing: no run can stop unseen in between
             if args.run:
-                runs = [_json(client.call("GET", _run_path(args.run)))]
+                runs = [parse_json(client.call("GET", _run_path(args.run)))]
             else:
-                listing = _json(client.call("GET", "/api/runs"))
+                listing = parse_json(client.call("GET", "/api/runs"))
                 runs = listing.get("runs") or [] if isinstance(listing, dict) else []
             runs = [r for r in runs if isinstance(r, dict)]
             waiting = {str(r.get("run_id")) for r in runs if r.get("status") in ACTIVE}
             if not waiting:
                 return 0
             say(f"fisk-sm ctl: the events of {client.url} until {len(waiting)} run(s) stop")
-        for name, data in _sse(response):
+        for name, data in read_events(response):
             try:
                 fields = json.loads(data)
             except ValueError:
@@ -307,7 +200,9 @@ def cmd_ctl(args: argparse.Namespace) -> int:
 
 HELP = """\
 commands:
-  submit PROMPT [--name N] [--config F]   start a run; prints its run id
+  submit PROMPT [--name N] [--config F] [--chat]
+                                          start a run (a chat waits for follow-ups); prints its id
+  say RUN TEXT                            post a follow-up to a chat waiting for input
   ls                                      the runs, newest first (state, progress, approval)
   show RUN                                one run: counters, path, pending approval, transcript
   suspend RUN | resume RUN | abort RUN    control a run
@@ -352,6 +247,16 @@ def add_ctl_parser(subparsers: Any) -> argparse.ArgumentParser:
     submit.add_argument("prompt", metavar="PROMPT", help="the user's first message")
     submit.add_argument("--name", help="a name to show for the run")
     submit.add_argument("--config", metavar="F", help="the agent.yaml, on the supervisor's side")
+    submit.add_argument(
+        "--chat", action="store_true", help="a chat: after each answer it waits for `ctl say`"
+    )
+    say = command(
+        "say",
+        "post a follow-up to a chat",
+        "Post TEXT as the next prompt of chat run RUN, which waits for input (awaiting_input).",
+    )
+    say.add_argument("run", metavar="RUN", help="the run id")
+    say.add_argument("text", metavar="TEXT", help="the follow-up prompt")
     command(
         "ls",
         "list the runs",

@@ -184,6 +184,8 @@ def event_line(name: str, fields: Mapping[str, Any], now: float | None = None) -
             value = value.get("total")
         if key == "usage" and isinstance(value, Mapping):  # a Usage: its total, as in `ls`
             key, value = "tokens", sum(v for v in value.values() if isinstance(v, int))
+        if isinstance(value, float):
+            value = round(value, 3)
         if key == "approval" and isinstance(value, Mapping):
             value = value.get("tool")
         shown = _text(value, 80)

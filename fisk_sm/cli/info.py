@@ -1,14 +1,18 @@
 """`fisk-sm info`: what an agent.yaml amounts to, without calling the model.
 
 The model section, then a table of the tools the model is offered (name, kind, description,
-tags, gated or not), the tools the selection leaves out, and the session and memory backends.
+tags, gated or not), the tools the selection leaves out, the MCP servers (started to list their
+tools, then stopped), and the session and memory backends.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import io
+import shlex
 import sys
+from collections import Counter
 from typing import TextIO
 
 from fisk_sm.cli.run import store_for
@@ -16,6 +20,7 @@ from fisk_sm.config.agent import AgentConfig, load_config
 from fisk_sm.loop.harness import Harness, NoModel, RunOptions, configured_tools, memory_store
 from fisk_sm.operator.prompter import NoOperator
 from fisk_sm.operator.sanitize import strip_control
+from fisk_sm.tools.base import Tool
 from fisk_sm.tools.gate import Gate
 
 __all__ = ["cmd_info", "describe"]
@@ -23,6 +28,28 @@ __all__ = ["cmd_info", "describe"]
 
 def _row(cells: list[str], widths: list[int]) -> str:
     return "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
+
+
+async def _list_mcp_tools(harness: Harness) -> None:
+    """Start the MCP servers for their tool lists, and stop them."""
+    try:
+        await harness.start_mcp_servers()
+    finally:
+        await harness.aclose()
+
+
+def _kind(tool: Tool) -> str:
+    return f"mcp ({tool.agent})" if tool.kind == "mcp" else tool.kind
+
+
+def _mcp_servers(config: AgentConfig, harness: Harness, out: TextIO) -> None:
+    listed = Counter(t.agent for t in harness.tools.tools.values() if t.kind == "mcp")
+    out.write("\nmcp servers\n")
+    for server in config.mcp_servers:
+        target = shlex.join(server.command) if server.command else server.url
+        gate = "gated" if server.confirm else "not gated (confirm: false)"
+        count = listed[server.alias]
+        out.write(f"  {server.alias}  {server.transport}: {target}  ({count} tools, {gate})\n")
 
 
 def describe(config: AgentConfig, out: TextIO) -> None:
@@ -42,6 +69,8 @@ def describe(config: AgentConfig, out: TextIO) -> None:
         f"  identity        {config.identity}\n\n"
     )
     harness = Harness.build(config, RunOptions(model=NoModel()))  # info never calls the model
+    if config.mcp_servers:
+        asyncio.run(_list_mcp_tools(harness))
     gate = Gate(NoOperator(), config.harness.confirm_tags)
     rows = [["NAME", "KIND", "DESCRIPTION", "TAGS", "GATED"]]
     for tool in harness.tools.tools.values():
@@ -50,7 +79,7 @@ def describe(config: AgentConfig, out: TextIO) -> None:
         rows.append(
             [
                 tool.name,
-                tool.kind,
+                _kind(tool),
                 summary,
                 ", ".join(tool.tags),
                 f"yes ({gated})" if gated else "no",
@@ -65,6 +94,8 @@ def describe(config: AgentConfig, out: TextIO) -> None:
         out.write(f"  not offered (ai:deny or the tool selection): {', '.join(left_out)}\n")
     for kind, name, detail in harness.warnings:
         out.write(f"  warning: {kind} {name} {detail}".rstrip() + "\n")
+    if config.mcp_servers:
+        _mcp_servers(config, harness, out)
     sessions = store_for(None, config)
     memory = config.harness.memory
     out.write(
@@ -77,7 +108,7 @@ def describe(config: AgentConfig, out: TextIO) -> None:
     if memory.enabled:
         out.write(
             f"  backend         {memory.backend}\n"
-            f"  directory       {memory_store(config).directory}\n"
+            f"  location        {memory_store(config).location}\n"
             f"  index in prompt {'no' if memory.no_index else 'yes'}\n"
         )
 

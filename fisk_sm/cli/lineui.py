@@ -104,7 +104,7 @@ class LineUI:
         ):
             return  # the ask_human_* tools show their own prompt
         elif isinstance(event, ToolCalled):
-            where = f" (remote: {event.agent})" if event.agent else ""
+            where = f" ({event.tool_kind}: {event.agent})" if event.agent else ""
             args = _preview(json.dumps(event.input, ensure_ascii=False))
             self._say(f"-> {event.name} {args}{where}")
         elif isinstance(event, ToolFinished):

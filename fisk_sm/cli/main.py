@@ -15,6 +15,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from fisk_sm.cli.chat import add_chat_parser, cmd_chat
 from fisk_sm.cli.ctl import add_ctl_parser, cmd_ctl
 from fisk_sm.cli.info import cmd_info
 from fisk_sm.cli.report import add_report_parser, cmd_report
@@ -23,6 +24,7 @@ from fisk_sm.cli.session import cmd_session, session_paths
 from fisk_sm.cli.step import HELP as STEP_HELP
 from fisk_sm.cli.step import cmd_step
 from fisk_sm.cli.supervise import add_supervise_parser, cmd_supervise
+from fisk_sm.cli.toolhost import add_tool_host_parser, cmd_tool_host
 from fisk_sm.config.agent import ConfigError
 from fisk_sm.journal.base import JournalError
 from fisk_sm.journal.filestore import JournalIOError
@@ -85,12 +87,15 @@ def build_parser() -> argparse.ArgumentParser:
     session = sub.add_parser(
         "session",
         help="list, show, remove or fork checkpointed sessions",
-        description="Work with the sessions of the file backend: --state-dir, else the"
-        " directory of -c agent.yaml, else $XDG_STATE_HOME/fisk-sm/runs.",
+        description="Work with checkpointed sessions: those of the file backend under"
+        " --state-dir; else of the backend -c agent.yaml configures (its sessions directory, or"
+        " its JetStream stream); else of $XDG_STATE_HOME/fisk-sm/runs.",
     )
     where = argparse.ArgumentParser(add_help=False)
     where.add_argument("--state-dir", type=Path, help="the sessions directory")
-    where.add_argument("-c", "--config", type=Path, help="take the directory from agent.yaml")
+    where.add_argument(
+        "-c", "--config", type=Path, help="use the sessions backend agent.yaml configures"
+    )
     ssub = session.add_subparsers(dest="session_command", required=True, metavar="ACTION")
     ls = ssub.add_parser("ls", parents=[where], help="list sessions, newest first")
     ls.add_argument("--json", action="store_true", help="as JSON")
@@ -109,6 +114,11 @@ def build_parser() -> argparse.ArgumentParser:
     fork.add_argument("id")
     fork.add_argument("--at", type=int, required=True, metavar="SEQ", help="records to keep")
     fork.add_argument("--name", required=True, metavar="NEW", help="the new session id")
+    ssub.add_parser(
+        "init-stream",
+        parents=[where],
+        help="create the JetStream stream that sessions.backend jetstream names (-c agent.yaml)",
+    )
 
     info = sub.add_parser(
         "info",
@@ -133,9 +143,11 @@ def build_parser() -> argparse.ArgumentParser:
     diagram.add_argument("--compare", metavar="ID2", help="with --session: and this one's")
     diagram.add_argument("--state-dir", type=Path, help="the sessions directory")
     diagram.add_argument("-c", "--config", type=Path, help="take the directory from agent.yaml")
+    add_chat_parser(sub)
     add_report_parser(sub)
     add_supervise_parser(sub)
     add_ctl_parser(sub)
+    add_tool_host_parser(sub)
 
     fake = sub.add_parser(
         "fake-api",
@@ -178,6 +190,7 @@ def cmd_fake_api(args: argparse.Namespace) -> int:
 
 COMMANDS = {
     "run": cmd_run,
+    "chat": cmd_chat,
     "session": cmd_session,
     "step": cmd_step,
     "info": cmd_info,
@@ -186,6 +199,7 @@ COMMANDS = {
     "fake-api": cmd_fake_api,
     "supervise": cmd_supervise,
     "ctl": cmd_ctl,
+    "tool-host": cmd_tool_host,
 }
 
 

@@ -18,7 +18,7 @@ import signal
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from fisk_sm.cli.lineui import LineUI
 from fisk_sm.config.agent import AgentConfig, load_config
@@ -28,6 +28,7 @@ from fisk_sm.events.linewriter import shared_line_writer
 from fisk_sm.events.types import Events, Fanout
 from fisk_sm.journal import failpoint
 from fisk_sm.journal.filestore import FileStore, JournalIOError, check_run_id, default_directory
+from fisk_sm.journal.jetstream import JetStreamStore, connect_configured
 from fisk_sm.loop.harness import Harness, NoModel, RunOptions
 from fisk_sm.loop.replay import replay
 from fisk_sm.loop.run import Run
@@ -36,6 +37,9 @@ from fisk_sm.model.clients import warm_up
 from fisk_sm.operator.prompter import TerminalPrompter
 from fisk_sm.operator.sanitize import say
 from fisk_sm.tools.base import Tool
+
+if TYPE_CHECKING:
+    from fisk_sm.events.otel import OtlpExport
 
 __all__ = [
     "EXIT_ABORTED",
@@ -48,7 +52,9 @@ __all__ = [
     "opened_run",
     "replay_run",
     "resume_hint",
+    "session_store",
     "store_for",
+    "telemetry_export",
 ]
 
 DEFAULT_PROMPT = "assist the user"
@@ -62,9 +68,34 @@ class UsageError(Exception):
 
 
 def store_for(state_dir: Path | None, config: AgentConfig | None) -> FileStore:
-    """The session store: `--state-dir`, else the config's directory, else the XDG default."""
+    """The file store: `--state-dir`, else the config's directory, else the XDG default."""
     configured = config.sessions_directory if config is not None else None
     return FileStore(state_dir or configured or default_directory())
+
+
+def uses_jetstream(state_dir: Path | None, config: AgentConfig | None) -> bool:
+    """Whether sessions live in JetStream: the config says so and no `--state-dir` overrides
+    it (REFERENCE §3.7: `--config` selects the configured backend)."""
+    return (
+        state_dir is None and config is not None and config.harness.sessions.backend == "jetstream"
+    )
+
+
+@contextlib.asynccontextmanager
+async def session_store(
+    state_dir: Path | None, config: AgentConfig | None
+) -> AsyncIterator[FileStore | JetStreamStore]:
+    """The store sessions live in: the configured JetStream stream (connected, and closed when
+    the block ends), else the file store of `store_for`."""
+    if not uses_jetstream(state_dir, config):
+        yield store_for(state_dir, config)
+        return
+    assert config is not None  # uses_jetstream checked it
+    store = await connect_configured(config)
+    try:
+        yield store
+    finally:
+        await store.close()
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
@@ -96,6 +127,12 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--state-dir", type=Path, help="the sessions directory (default: XDG state)"
+    )
+    parser.add_argument(
+        "--otel",
+        action="store_true",
+        help="export OpenTelemetry traces over OTLP/HTTP (where: OTEL_EXPORTER_OTLP_ENDPOINT;"
+        " needs fisk-sm[otel])",
     )
     parser.add_argument("prompt", nargs="*", help=f"the prompt (default: {DEFAULT_PROMPT!r})")
 
@@ -137,14 +174,20 @@ def _check_replay_flags(args: argparse.Namespace) -> None:
 
 
 async def replay_run(
-    args: argparse.Namespace, config: AgentConfig, options: RunOptions | None = None
+    args: argparse.Namespace,
+    config: AgentConfig,
+    options: RunOptions | None = None,
+    store: FileStore | JetStreamStore | None = None,
 ) -> Run:
-    """The run that replays session `args.replay` of the store (`--state-dir`, else the
-    config's): the recorded replies, checked request by request, and the recorded tool results
-    unless `args.replay_tools` is "live". No SDK client is built; the journal is read, never
-    locked or changed, and the replay's own records stay in memory."""
-    store = store_for(args.state_dir, config)
-    records = await asyncio.to_thread(store.load, args.replay)
+    """The run that replays session `args.replay` of `store` (default: `store_for`): the
+    recorded replies, checked request by request, and the recorded tool results unless
+    `args.replay_tools` is "live". No SDK client is built; the journal is read, never locked or
+    changed, and the replay's own records stay in memory."""
+    store = store or store_for(args.state_dir, config)
+    if isinstance(store, JetStreamStore):
+        records = await store.load_async(args.replay)
+    else:
+        records = await asyncio.to_thread(store.load, args.replay)
     live = getattr(args, "replay_tools", None) == "live"
     return replay(config, records, options, live_tools=live)
 
@@ -210,37 +253,74 @@ async def _main(
 async def opened_run(
     args: argparse.Namespace, config: AgentConfig, events: Events
 ) -> AsyncIterator[Run]:
-    """The run `args` asks for (`build_run`), with config's remote tools connected until the
-    block ends; the commands that drive a run (`run`, `step`) share it. The caller closes the
-    run."""
+    """The run `args` asks for (`build_run`), with config's remote tools connected and its
+    traces exported (`--otel`, `telemetry.otel`) until the block ends; the commands that drive
+    a run (`run`, `step`) share it. The caller closes the run."""
     prompter = TerminalPrompter()
     remote: list[Tool] = []
     close_remote = None
-    if config.remote_tools:
-        from fisk_sm.tools.remote import connect_remote_tools  # nats is needed only here
-
-        # Only the names the run's own tools take: a harness that needs no model client.
-        local = Harness.build(config, RunOptions(model=NoModel(), prompter=prompter))
-        remote, close_remote = await connect_remote_tools(config, local.tools.tools)
+    export = await asyncio.to_thread(telemetry_export, config, flag=args.otel)
+    if export is not None:
+        events = Fanout((events, export.events))
     try:
+        if config.remote_tools:
+            from fisk_sm.tools.remote import connect_remote_tools  # nats is needed only here
+
+            # Only the names the run's own tools take: a harness that needs no model client.
+            local = Harness.build(config, RunOptions(model=NoModel(), prompter=prompter))
+            remote, close_remote = await connect_remote_tools(config, local.tools.tools)
         options = RunOptions(events=events, prompter=prompter, tools=remote)
-        yield await build_run(args, config, options)
+        if args.replay or args.resume or args.checkpoint:
+            async with session_store(args.state_dir, config) as store:
+                yield await build_run(args, config, options, store)
+        else:
+            yield await build_run(args, config, options)
     finally:
         if close_remote is not None:
             await close_remote()
+        if export is not None:
+            await asyncio.to_thread(export.shutdown)  # flushes the spans: it may take a while
 
 
-async def build_run(args: argparse.Namespace, config: AgentConfig, options: RunOptions) -> Run:
-    """Build, start or resume the run the flags (`add_run_arguments`) ask for."""
+def telemetry_export(config: AgentConfig, *, flag: bool) -> OtlpExport | None:
+    """The OTLP export of traces that `--otel` (`flag`) or `telemetry.otel` asks for, else None;
+    `UsageError` when it is asked for and the `fisk-sm[otel]` extra is not installed."""
+    if not (flag or config.telemetry.otel):
+        return None
+    try:
+        from fisk_sm.events.otel import otlp_export  # the opentelemetry packages: only here
+    except ImportError:
+        asked = "--otel" if flag else "telemetry.otel (agent.yaml)"
+        raise UsageError(f"{asked} needs OpenTelemetry: pip install 'fisk-sm[otel]'") from None
+    return otlp_export(
+        capture_content=True if config.telemetry.capture_content else None,
+        agent_name=config.identity,
+        provider=config.llm.provider,
+    )
+
+
+async def build_run(
+    args: argparse.Namespace,
+    config: AgentConfig,
+    options: RunOptions,
+    store: FileStore | JetStreamStore | None = None,
+) -> Run:
+    """Build, start or resume the run the flags (`add_run_arguments`) ask for; a session lives
+    in `store` (default: the file store of `store_for`), which must stay open while it runs."""
+    store = store or store_for(args.state_dir, config)
     if args.replay:
-        run = await replay_run(args, config, options)
+        run = await replay_run(args, config, options, store)
         _say(f"replaying session: {args.replay}")
     elif args.resume:
-        store = store_for(args.state_dir, config)
         run = await resume_session(config, args.resume, store, options, force=args.force)
+        if run.data.chat:  # it waits for prompts that only `fisk-sm chat` reads
+            await run.aclose()
+            raise UsageError(
+                f'session "{args.resume}" is a chat: resume it with'
+                f" fisk-sm chat -c {args.config} --resume {args.resume}"
+            )
     elif args.checkpoint:
         prompt = " ".join(args.prompt).strip() or DEFAULT_PROMPT
-        store = store_for(args.state_dir, config)
         run = await start_session(config, prompt, store, options, run_id=args.name)
         _say(f"session: {run.data.run_id}")
     else:

@@ -1,8 +1,14 @@
-"""`fisk-sm session ...`: list, show, remove and fork the sessions of a store."""
+"""`fisk-sm session ...`: list, show, remove and fork the sessions of a store.
+
+The store is the file backend under `--state-dir`, else the one `-c agent.yaml` configures: its
+directory, or its JetStream stream (`sessions.backend: jetstream`), which `session init-stream`
+creates.
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
 import time
@@ -10,9 +16,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from fisk_sm.cli.lineui import transcript_lines
-from fisk_sm.cli.run import store_for
-from fisk_sm.config.agent import load_config
-from fisk_sm.journal.filestore import SessionInfo, fold_journal
+from fisk_sm.cli.run import UsageError, session_store, store_for, uses_jetstream
+from fisk_sm.config.agent import AgentConfig, load_config
+from fisk_sm.journal.filestore import FileStore, SessionInfo
+from fisk_sm.journal.jetstream import JetStreamStore, configured_url
+from fisk_sm.journal.jetstream_stream import init_stream
+from fisk_sm.journal.parsing import fold_journal
 from fisk_sm.journal.records import Assistant, Record, Terminal, ToolResult, ToolStarted
 from fisk_sm.journal.snapshot import tool_uses
 from fisk_sm.machine.path import SessionPath, session_path
@@ -21,18 +30,41 @@ from fisk_sm.operator.sanitize import sanitize, say, strip_control
 __all__ = ["cmd_session", "record_line", "session_paths", "session_records", "shown_status"]
 
 
+Store = FileStore | JetStreamStore
+
+
+async def _load(store: Store, run_id: str) -> list[Record]:
+    if isinstance(store, JetStreamStore):
+        return await store.load_async(run_id)
+    return await asyncio.to_thread(store.load, run_id)
+
+
+async def _stream_records(config: AgentConfig, ids: Sequence[str]) -> list[list[Record]]:
+    async with session_store(None, config) as store:
+        return [await _load(store, run_id) for run_id in ids]
+
+
+def _records(state_dir: Path | None, path: Path | None, ids: Sequence[str]) -> list[list[Record]]:
+    """The journals `ids` from the store `--state-dir`, else `-c agent.yaml`, names (a file
+    store is read on this thread: the caller may be on an event loop)."""
+    config = load_config(path) if path else None
+    if config is not None and uses_jetstream(state_dir, config):
+        return asyncio.run(_stream_records(config, ids))
+    store = store_for(state_dir, config)
+    return [store.load(run_id) for run_id in ids]
+
+
 def session_records(state_dir: Path | None, config: Path | None, run_id: str) -> list[Record]:
     """The journal of session `run_id`, read without locking it from the store that
     `--state-dir`, else `-c agent.yaml`, else the default names."""
-    return store_for(state_dir, load_config(config) if config else None).load(run_id)
+    return _records(state_dir, config, [run_id])[0]
 
 
 def session_paths(
     state_dir: Path | None, config: Path | None, ids: Sequence[str]
 ) -> list[SessionPath]:
     """The paths of sessions `ids`, derived from their journals in that store."""
-    store = store_for(state_dir, load_config(config) if config else None)
-    return [session_path(store.load(run_id)) for run_id in ids]
+    return [session_path(records) for records in _records(state_dir, config, ids)]
 
 
 def record_line(record: Record) -> str:
@@ -63,71 +95,115 @@ def shown_status(info: SessionInfo) -> str:
 
 
 def cmd_session(args: argparse.Namespace) -> int:
-    """Dispatch `session ls|show|rm|fork`."""
+    """Dispatch `session ls|show|rm|fork|init-stream`."""
     config = load_config(args.config) if args.config else None
-    store = store_for(args.state_dir, config)
-    out = sys.stdout
+    if args.session_command == "init-stream":
+        return asyncio.run(_init_stream(config))
+    return asyncio.run(_session(args, config))
+
+
+async def _init_stream(config: AgentConfig | None) -> int:
+    if config is None or config.harness.sessions.backend != "jetstream":
+        raise UsageError("session init-stream needs -c agent.yaml with sessions.backend jetstream")
+    options, url = config.harness.sessions.options, configured_url(config)
+    made = await init_stream(url, stream=options.stream, prefix=options.prefix)
+    what = "created" if made else "already exists with the right settings"
+    say(f"stream {options.stream} {what} (subjects {options.prefix}.>) on {url}")
+    return 0
+
+
+async def _session(args: argparse.Namespace, config: AgentConfig | None) -> int:
+    async with session_store(args.state_dir, config) as store:
+        if isinstance(store, JetStreamStore):
+            return await _jetstream_command(args, store)
+        return await asyncio.to_thread(_file_command, args, store)
+
+
+async def _jetstream_command(args: argparse.Namespace, store: JetStreamStore) -> int:
     if args.session_command == "ls":
-        sessions = store.list()
-        if args.json:
-            rows = [
-                {
-                    "id": s.run_id,
-                    "model": s.model,
-                    "status": s.status,
-                    "updated": s.updated,
-                    "prompt": s.prompt,
-                    "problem": s.problem,
-                    "owner": s.owner,
-                    "shown": shown_status(s),
-                }
-                for s in sessions
-            ]
-            out.write(json.dumps(rows, indent=2) + "\n")
-            return 0
-        out.write(f"{'ID':<32} {'MODEL':<24} {'STATUS':<20} {'UPDATED':<20} PROMPT\n")
-        for s in sessions:
-            updated = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s.updated))
-            if s.problem:  # a damaged session: say why in place of its prompt
-                updated, prompt = "-", sanitize(s.problem, 200)
-            else:
-                prompt = sanitize(s.prompt, 50)
-            cells = (sanitize(s.run_id, 200), sanitize(s.model, 24), shown_status(s))
-            out.write(f"{cells[0]:<32} {cells[1]:<24} {cells[2]:<20} {updated:<20} {prompt}\n")
-        return 0
+        return _list(args, await store.list_async())
     if args.session_command == "show":
-        records = store.load(args.id)
-        snap = fold_journal(store.path(args.id), records)
-        u = snap.usage
-        # Everything here was read from a journal: no control sequence reaches the terminal.
-        out.write(
-            strip_control(
-                f"session:        {snap.run_id}\n"
-                f"status:         {snap.status}{f' ({snap.outcome})' if snap.outcome else ''}\n"
-                f"model:          {snap.fingerprint.get('model', '')}\n"
-                f"created:        {snap.created}\n"
-                f"iterations:     {snap.iteration}\n"
-                f"resumes in:     {snap.state}\n"
-                f"llm calls:      {snap.llm_calls}\n"
-                f"tool calls:     {snap.tool_calls}\n"
-                f"tokens:         in {u.input_tokens} out {u.output_tokens}"
-                f" cache read {u.cache_read_tokens} cache create {u.cache_create_tokens}\n"
-                f"records:        {snap.seq}\n"
-                f"prompt:         {sanitize(snap.prompt, 2000)}\n"
-            )
-        )
-        # The seq numbers are what `session fork --at SEQ` takes.
-        width = len(str(records[-1].seq))
-        out.write("records (seq):\n")
-        out.writelines(f"  {r.seq:>{width}} {sanitize(record_line(r), 200)}\n" for r in records)
-        if args.transcript:
-            out.write("transcript:\n")
-            out.writelines(f"  {line}\n" for line in transcript_lines(snap.messages))
+        return _show(args, store.label(args.id), await store.load_async(args.id))
+    if args.session_command == "rm":
+        await store.load_async(args.id)  # a missing session is an error, as with files
+        await store.delete_async(args.id)
+        say(f"removed {args.id}")
         return 0
+    await store.fork_async(args.id, args.at, args.name)
+    say(f"forked {args.id} at seq {args.at} as {args.name}")
+    return 0
+
+
+def _file_command(args: argparse.Namespace, store: FileStore) -> int:
+    if args.session_command == "ls":
+        return _list(args, store.list())
+    if args.session_command == "show":
+        return _show(args, store.path(args.id), store.load(args.id))
     if args.session_command == "rm":
         store.delete(args.id)
         say(f"removed {args.id}")
         return 0
     store.fork(args.id, args.at, args.name)
     say(f"forked {args.id} at seq {args.at} as {args.name}")
+    return 0
+
+
+def _list(args: argparse.Namespace, sessions: list[SessionInfo]) -> int:
+    out = sys.stdout
+    if args.json:
+        rows = [
+            {
+                "id": s.run_id,
+                "model": s.model,
+                "status": s.status,
+                "updated": s.updated,
+                "prompt": s.prompt,
+                "problem": s.problem,
+                "owner": s.owner,
+                "shown": shown_status(s),
+            }
+            for s in sessions
+        ]
+        out.write(json.dumps(rows, indent=2) + "\n")
+        return 0
+    out.write(f"{'ID':<32} {'MODEL':<24} {'STATUS':<20} {'UPDATED':<20} PROMPT\n")
+    for s in sessions:
+        updated = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s.updated))
+        if s.problem:  # a damaged session: say why in place of its prompt
+            updated, prompt = "-", sanitize(s.problem, 200)
+        else:
+            prompt = sanitize(s.prompt, 50)
+        cells = (sanitize(s.run_id, 200), sanitize(s.model, 24), shown_status(s))
+        out.write(f"{cells[0]:<32} {cells[1]:<24} {cells[2]:<20} {updated:<20} {prompt}\n")
+    return 0
+
+
+def _show(args: argparse.Namespace, label: Path, records: list[Record]) -> int:
+    out = sys.stdout
+    snap = fold_journal(label, records)
+    u = snap.usage
+    # Everything here was read from a journal: no control sequence reaches the terminal.
+    out.write(
+        strip_control(
+            f"session:        {snap.run_id}\n"
+            f"status:         {snap.status}{f' ({snap.outcome})' if snap.outcome else ''}\n"
+            f"model:          {snap.fingerprint.get('model', '')}\n"
+            f"created:        {snap.created}\n"
+            f"iterations:     {snap.iteration}\n"
+            f"resumes in:     {snap.state}\n"
+            f"llm calls:      {snap.llm_calls}\n"
+            f"tool calls:     {snap.tool_calls}\n"
+            f"tokens:         in {u.input_tokens} out {u.output_tokens}"
+            f" cache read {u.cache_read_tokens} cache create {u.cache_create_tokens}\n"
+            f"records:        {snap.seq}\n"
+            f"prompt:         {sanitize(snap.prompt, 2000)}\n"
+        )
+    )
+    # The seq numbers are what `session fork --at SEQ` takes.
+    width = len(str(records[-1].seq))
+    out.write("records (seq):\n")
+    out.writelines(f"  {r.seq:>{width}} {sanitize(record_line(r), 200)}\n" for r in records)
+    if args.transcript:
+        out.write("transcript:\n")
+        out.writelines(f"  {line}\n" for line in transcript_lines(snap.messages))
     return 0

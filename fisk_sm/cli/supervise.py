@@ -11,14 +11,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 import signal
 import socket
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from fisk_sm.cli.run import SIGNALS, UsageError, store_for
+from fisk_sm.cli.run import SIGNALS, UsageError, store_for, telemetry_export
 from fisk_sm.config.agent import AgentConfig, load_config
 from fisk_sm.journal.filestore import FileStore
+from fisk_sm.loop.harness import RunOptions
 from fisk_sm.operator.sanitize import say
 from fisk_sm.supervisor import Supervisor
 from fisk_sm.supervisor.api import build_app
@@ -33,9 +36,13 @@ from fisk_sm.supervisor.server import (
     write_url,
 )
 
+if TYPE_CHECKING:
+    from fisk_sm.supervisor.cluster_setup import ClusterSettings
+
 __all__ = ["add_supervise_parser", "cmd_supervise"]
 
 EXIT_ABORTED = 130
+OWNER_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 TOKEN_ENV = "FISK_SM_TOKEN"
 
 DESCRIPTION = """\
@@ -61,6 +68,15 @@ SIGINT/SIGTERM: every run suspends now (a model call in flight is cancelled, a t
 and the process exits 0. On the next start, the runs the shutdown suspended (or whose process
 died) are resumed; runs an operator suspended or aborted, and parked runs, are only listed. A
 second signal aborts at once (exit 130).
+
+With --nats URL, this supervisor is one of several sharing a NATS server (JetStream): runs are
+submitted to a work queue that every supervisor pulls from, journaled in the JetStream session
+stream (sessions.options stream and prefix of agent.yaml, FISK_SM_SESSIONS and fisk-sm.sessions
+by default; it must exist: `fisk-sm session init-stream`), and owned through
+leases (--lease-ttl, renewed every --heartbeat) in a KV bucket. When a supervisor dies or stalls
+past its lease, another takes its runs over and resumes them from their journals; a stalled one
+that wakes up cannot append to them any more (it reports "lost run ID" and drops them). The
+API of any supervisor lists every run and answers every approval.
 """
 
 
@@ -95,6 +111,31 @@ def add_supervise_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser
         metavar="FILE",
         help=f"the API token, read from FILE (default: ${TOKEN_ENV}, if set)",
     )
+    parser.add_argument(
+        "--otel",
+        action="store_true",
+        help="export OpenTelemetry traces of every run over OTLP/HTTP (where:"
+        " OTEL_EXPORTER_OTLP_ENDPOINT; needs fisk-sm[otel])",
+    )
+    shared = parser.add_argument_group("several supervisors on one NATS server")
+    shared.add_argument("--nats", metavar="URL", help="share runs through JetStream at URL")
+    shared.add_argument(
+        "--owner", metavar="NAME", help="this supervisor's name in leases (default HOSTNAME-PID)"
+    )
+    shared.add_argument(
+        "--lease-ttl",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="seconds a run's lease lasts unrenewed before another supervisor takes it (10)",
+    )
+    shared.add_argument(
+        "--heartbeat",
+        type=float,
+        default=2.0,
+        metavar="S",
+        help="seconds between lease renewals; shorter than --lease-ttl (2)",
+    )
 
 
 def _token(args: argparse.Namespace) -> str | None:
@@ -122,27 +163,57 @@ def cmd_supervise(args: argparse.Namespace) -> int:
     except ListenError as exc:
         raise UsageError(str(exc)) from None
     config = load_config(args.config)
+    settings = _cluster_settings(args, config)
     store = store_for(args.state_dir, config)
     try:
         sock = bind(host, port)
     except ListenError as exc:
         raise UsageError(str(exc)) from None
+    export = telemetry_export(config, flag=args.otel)  # one adapter for every run
+    options = None if export is None else RunOptions(events=export.events)
     try:
-        return asyncio.run(_main(args, config, store, sock, token))
+        if settings is not None:
+            return asyncio.run(_main_cluster(args, config, settings, sock, token, options))
+        return asyncio.run(_main(args, config, store, sock, token, options))
     finally:
         for signum in SIGNALS:
             signal.signal(signum, signal.SIG_IGN)
+        if export is not None:
+            export.shutdown()  # the runs are over: export the spans still queued
 
 
-async def _main(
-    args: argparse.Namespace,
-    config: AgentConfig,
-    store: FileStore,
-    sock: socket.socket,
-    token: str | None,
-) -> int:
+def _cluster_settings(args: argparse.Namespace, config: AgentConfig) -> ClusterSettings | None:
+    if args.nats is None:
+        return None
+    if not re.match(r"(nats|tls|ws|wss)://.", args.nats):
+        raise UsageError(f"--nats: must be a NATS URL (nats://host:port), got {args.nats!r}")
+    owner = args.owner or f"{socket.gethostname()}-{os.getpid()}"
+    if not OWNER_RE.fullmatch(owner):
+        raise UsageError(f"--owner: must match {OWNER_RE.pattern}, got {owner!r}")
+    for flag in ("lease_ttl", "heartbeat"):
+        if not getattr(args, flag) > 0:
+            raise UsageError(f"--{flag.replace('_', '-')}: must be positive")
+    try:
+        from fisk_sm.supervisor.cluster_setup import ClusterSettings
+    except ImportError:
+        raise UsageError("--nats needs nats-py: pip install 'fisk-sm[nats]'") from None
+    try:
+        return ClusterSettings(
+            url=args.nats,
+            owner=owner,
+            lease_ttl=args.lease_ttl,
+            heartbeat=args.heartbeat,
+            concurrency=args.concurrency,
+            sessions_stream=config.harness.sessions.options.stream,
+            sessions_prefix=config.harness.sessions.options.prefix,
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _on_signals(stop: asyncio.Event) -> None:
+    """The first SIGINT/SIGTERM sets `stop`; the second exits at once (130)."""
     loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
     signals = 0
 
     def on_signal() -> None:
@@ -158,8 +229,50 @@ async def _main(
 
     for signum in SIGNALS:
         loop.add_signal_handler(signum, on_signal)
+
+
+async def _main_cluster(
+    args: argparse.Namespace,
+    config: AgentConfig,
+    settings: ClusterSettings,
+    sock: socket.socket,
+    token: str | None,
+    options: RunOptions | None = None,
+) -> int:
+    from fisk_sm.journal.base import JournalError
+    from fisk_sm.supervisor.cluster_setup import cluster
+
+    stop = asyncio.Event()
+    _on_signals(stop)
+    try:
+        async with cluster(config, settings, options) as supervisor:
+            server, serving = await serve_app(build_app(supervisor, token), sock)
+            url = url_of(sock)
+            if args.state_dir is not None:
+                await asyncio.to_thread(write_url, args.state_dir / "supervisor.url", url)
+            say(f"fisk-sm supervise: {settings.owner} listening on {url}")
+            await stop.wait()
+            marked = await supervisor.shutdown()
+            server.should_exit = True
+            await serving
+    except JournalError as exc:  # the session stream is missing or set up wrongly
+        raise UsageError(f"--nats: {exc}") from None
+    say(f"fisk-sm supervise: stopped; {len(marked)} run(s) released to the other supervisors")
+    return 0
+
+
+async def _main(
+    args: argparse.Namespace,
+    config: AgentConfig,
+    store: FileStore,
+    sock: socket.socket,
+    token: str | None,
+    options: RunOptions | None = None,
+) -> int:
+    stop = asyncio.Event()
+    _on_signals(stop)
     await asyncio.to_thread(store.ensure_directory)
-    supervisor = Supervisor(config, store, concurrency=args.concurrency)
+    supervisor = Supervisor(config, store, concurrency=args.concurrency, options=options)
     resumed = await supervisor.start()
     server, serving = await serve_app(build_app(supervisor, token), sock)
     url = url_of(sock)
@@ -171,5 +284,9 @@ async def _main(
     marked = await supervisor.shutdown()
     server.should_exit = True
     await serving
-    say(f"fisk-sm supervise: stopped; {len(marked)} run(s) will resume on the next start")
+    parked = sum(supervisor.get(r).status == "parked" for r in marked)
+    say(
+        f"fisk-sm supervise: stopped; {len(marked) - parked} run(s) will resume on the next"
+        f" start, {parked} wait(s) for an approval"
+    )
     return 0

@@ -23,7 +23,9 @@ from cattrs.gen import make_dict_structure_fn, override
 from fisk_sm.config.errors import ConfigError, check, parse_duration, show
 from fisk_sm.config.exec import ExecToolSpec, parse_exec_tool
 from fisk_sm.config.harness import HarnessConfig, NatsConfig, RemoteHost
+from fisk_sm.config.mcp import McpServer, check_mcp_servers, structure_argv
 from fisk_sm.config.names import CRASH_POLICIES, IDENTITY_RE, check_base_url
+from fisk_sm.config.telemetry import TelemetryConfig
 
 __all__ = [
     "AgentConfig",
@@ -137,6 +139,10 @@ class AgentConfig:
     #: Hosts of remote tools (NATS request/reply), and the NATS server to reach them on.
     remote_tools: tuple[RemoteHost, ...] = ()
     nats: NatsConfig = attrs.Factory(NatsConfig)
+    #: MCP servers whose tools join the tool set (`fisk_sm.config.mcp`).
+    mcp_servers: tuple[McpServer, ...] = ()
+    #: OpenTelemetry traces (`fisk_sm.config.telemetry`).
+    telemetry: TelemetryConfig = attrs.Factory(TelemetryConfig)
     path: Path | None = None
 
     @property
@@ -191,6 +197,10 @@ def _make_converter() -> cattrs.Converter:
     overrides: dict[type, dict[str, Any]] = {
         Budget: {"call_timeout": override(struct_hook=_structure_duration)},
         AgentConfig: {"path": override(omit=True)},
+        McpServer: {
+            "command": override(struct_hook=structure_argv),
+            "timeout": override(struct_hook=_structure_duration),
+        },
     }
 
     def class_hook(cl: type) -> Callable[[object, object], Any]:
@@ -340,6 +350,7 @@ def parse_config(
     except _STRUCTURE_ERRORS as exc:
         raise _translate(exc, "", source) from exc
     _duplicate_tool(config.tools, source)
+    check_mcp_servers(config.mcp_servers, source)
     env_url = (os.environ if env is None else env).get(_ENV_BASE_URL)
     if config.llm.base_url is None and env_url:
         problem = check_base_url(env_url)

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import attrs
 
-from fisk_sm.config.errors import check, show
+from fisk_sm.config.errors import ConfigError, check, show
 from fisk_sm.config.names import IDENTITY_RE, SUBJECT_RE
 
 __all__ = [
@@ -39,23 +39,54 @@ def _tidy_tags(tags: Sequence[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(t.strip() for t in tags if t.strip()))
 
 
+def stream_name_problem(name: str) -> str | None:
+    """Why `name` cannot name a JetStream stream (None if it can)."""
+    if name and not any(c in name for c in " \t\r\n.*>/\\"):
+        return None
+    return f"not a stream name: {show(name)}"
+
+
 @attrs.frozen
 class SessionOptions:
     """Options of the session backend."""
 
     #: The file backend's directory; relative paths are taken from the config's folder.
     directory: str | None = None
+    #: The jetstream backend's NATS server (default: `$NATS_URL`, else the top-level `nats.url`).
+    url: str | None = None
+    #: The jetstream backend's stream (it must exist: `fisk-sm session init-stream`).
+    stream: str = attrs.field(default="FISK_SM_SESSIONS", validator=check(stream_name_problem))
+    #: The jetstream backend's subject prefix: a session is `<prefix>.<id>.>`.
+    prefix: str = attrs.field(
+        default="fisk-sm.sessions",
+        validator=check(
+            lambda v: (
+                None
+                if SUBJECT_RE.fullmatch(v)
+                else f"not a NATS subject without wildcards: {show(v)}"
+            )
+        ),
+    )
+
+
+def _check_session_backend(value: str) -> str | None:
+    if value in ("file", "jetstream"):
+        return None
+    return f"must be 'file' or 'jetstream', got {show(value)}"
 
 
 @attrs.frozen
 class Sessions:
-    """Where checkpointed runs keep their journals."""
+    """Where checkpointed runs keep their journals: files, or a JetStream stream."""
 
-    backend: str = attrs.field(
-        default="file",
-        validator=check(lambda v: None if v == "file" else f"must be 'file', got {show(v)}"),
-    )
+    backend: str = attrs.field(default="file", validator=check(_check_session_backend))
     options: SessionOptions = SessionOptions()
+
+    def __attrs_post_init__(self) -> None:
+        if self.backend == "jetstream" and self.options.directory is not None:
+            raise ConfigError("<config>", "options.directory", "is for the file backend only")
+        if self.backend == "file" and self.options.url is not None:
+            raise ConfigError("<config>", "options.url", "is for the jetstream backend only")
 
 
 @attrs.frozen
@@ -65,12 +96,40 @@ class HumanInTheLoop:
     enabled: bool = False
 
 
+MEMORY_BACKENDS = ("file", "jetstream")
+_BUCKET_RE = re.compile(r"[a-zA-Z0-9_-]+")
+
+
+def _check_bucket(value: object) -> str | None:
+    if isinstance(value, str) and _BUCKET_RE.fullmatch(value):
+        return None
+    return f"must be a KV bucket name ([a-zA-Z0-9_-]+), got {show(value)}"
+
+
+def _check_memory_backend(value: object) -> str | None:
+    if value in MEMORY_BACKENDS:
+        return None
+    return f"must be 'file' or 'jetstream', got {show(value)}"
+
+
+def _check_nats_url(value: object) -> str | None:
+    if value is None or (isinstance(value, str) and re.match(r"(nats|tls|ws|wss)://.", value)):
+        return None
+    return f"must be a NATS URL (nats://host:port), got {show(value)}"
+
+
 @attrs.frozen
 class MemoryOptions:
-    """Options of the memory backend."""
+    """Options of the memory backend (each names the backend it belongs to)."""
 
-    #: The file backend's directory; relative paths are taken from the config's folder.
+    #: file: the directory; relative paths are taken from the config's folder.
     directory: str | None = None
+    #: jetstream: the NATS server (default: $NATS_URL, else nats://127.0.0.1:4222).
+    url: str | None = attrs.field(default=None, validator=check(_check_nats_url))
+    #: jetstream: the KV bucket, which must already exist (history 1, no TTL).
+    bucket: str = attrs.field(default="fisk_sm_memory", validator=check(_check_bucket))
+    #: jetstream: allow overwriting a memory this run has not read (last writer wins).
+    no_require_read_before_update: bool = False
 
 
 @attrs.frozen
@@ -80,7 +139,7 @@ class MemoryConfig:
     enabled: bool = False
     backend: str = attrs.field(
         default="file",
-        validator=check(lambda v: None if v == "file" else f"must be 'file', got {show(v)}"),
+        validator=check(_check_memory_backend),
     )
     no_index: bool = False
     options: MemoryOptions = MemoryOptions()

@@ -33,6 +33,8 @@ class States:
     AWAITING_APPROVAL: Final = "awaiting_approval"
     EXECUTE: Final = "execute"
     FEED_BACK: Final = "feed_back"
+    # a chat: after each answer (or a stopped or failed turn) the run waits for the next prompt
+    AWAITING_INPUT: Final = "awaiting_input"
     # the ends: a run stopped here can only be resumed (suspended) or inspected
     COMPLETED: Final = "completed"
     SUSPENDED: Final = "suspended"

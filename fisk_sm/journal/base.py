@@ -14,13 +14,21 @@ of the tool's result covers it.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Protocol
 
 import attrs
 
-from fisk_sm.journal.records import Record
+from fisk_sm.journal.records import Meta, Record
 
-__all__ = ["Journal", "JournalError", "MemoryJournal", "check_append"]
+__all__ = [
+    "Journal",
+    "JournalError",
+    "MemoryJournal",
+    "SessionJournal",
+    "SessionStore",
+    "check_append",
+]
 
 
 class JournalError(Exception):
@@ -36,6 +44,33 @@ class Journal(Protocol):
     async def append(self, record: Record) -> None: ...
 
     async def close(self) -> None: ...
+
+
+class SessionJournal(Journal, Protocol):
+    """The journal of a session in a store (`FileJournal`, `JetStreamJournal`)."""
+
+    #: The records the journal held when it was handed out (read at open, the meta at create).
+    records: list[Record]
+    #: Tools whose `tool_started` intent needs no durable write of its own (`retry` tools).
+    deferred_intents: frozenset[str]
+
+    @property
+    def path(self) -> Path:
+        """How errors name the journal (its file, or `<stream>/<prefix>.<id>`)."""
+        ...
+
+
+class SessionStore(Protocol):
+    """Where `start_session` and `resume_session` find journals (`FileStore`,
+    `JetStreamStore`); both calls run on the event loop and never block it."""
+
+    async def create_async(self, meta: Meta) -> SessionJournal:
+        """Create a session whose first, durable record is `meta`."""
+        ...
+
+    async def open_async(self, run_id: str) -> SessionJournal:
+        """Open a session for appending, with its records read."""
+        ...
 
 
 def check_append(last_seq: int, record: Record) -> bool:

@@ -18,6 +18,13 @@ A `completed` terminal record makes the state `completed`; any other terminal re
 structural state, so a suspended, budget-stopped or failed run can be resumed. Only the last
 terminal record counts.
 
+A chat session (its meta is `interactive`) waits for the user's next prompt when its last turn
+is an answer (no tool_use, not pause_turn), or when it was suspended at the prompt (its
+`suspended` record says `AT_INPUT`): it resumes in `awaiting_input`, with no model call. Each
+`user` record (a follow-up, holding only the new text) commits the open turn and is merged into
+a trailing user message; the fold counts them (`follow_ups`), and each adds `max_iterations` to
+the iteration cap.
+
 The iteration is the number of assistant turns. A failed call, the only one never journaled,
 ends its run, so every call that led anywhere has its turn. Counting turns rather than reading
 their `iteration` field keeps journals written before the field held the call count (when it
@@ -45,14 +52,17 @@ from fisk_sm.journal.records import (
 )
 from fisk_sm.journal.snapshot import Message, RunData, Snapshot, tool_uses
 
-__all__ = ["FoldError", "approval_of", "fold"]
+__all__ = ["AT_INPUT", "FoldError", "approval_of", "fold", "merge_user"]
+
+#: The message of the `suspended` terminal record of a chat suspended at its prompt.
+AT_INPUT = "suspended at the prompt, waiting for the user's next message"
 
 
 class FoldError(JournalError):
     """The records do not form a valid journal."""
 
 
-def _merge_user(messages: list[Message], message: Message) -> None:
+def merge_user(messages: list[Message], message: Message) -> None:
     """Append a user message, merging it into a trailing user message."""
     if messages and messages[-1]["role"] == "user":
         last = messages[-1]
@@ -76,6 +86,7 @@ def fold(records: Sequence[Record]) -> Snapshot:
             f"journal format version {meta.version} (this fisk-sm reads {FORMAT_VERSION})"
         )
     data = RunData.begin(meta.run_id, meta.prompt)
+    data.chat = meta.interactive
     turn: Assistant | None = None
     started: set[str] = set()
     asked: dict[str, ApprovalRequested] = {}
@@ -128,12 +139,16 @@ def fold(records: Sequence[Record]) -> Snapshot:
         elif isinstance(record, User):
             commit()
             turn = None
-            _merge_user(data.messages, record.message)
+            merge_user(data.messages, record.message)
+            data.follow_ups += 1
         elif isinstance(record, Terminal):
             terminal = record
     state = _resume_state(data, turn, started, asked, answers)
     if turn is not None and state == States.SUSPEND_CHECK:
         commit()
+    last = terminal if terminal is not None and terminal is records[-1] else None
+    if data.chat and _at_input(state, data, turn, last):
+        state, data.pending, data.at_input = States.AWAITING_INPUT, [], True
     if terminal is not None and terminal.reason == States.COMPLETED:
         state = States.COMPLETED
     return Snapshot.of(
@@ -182,6 +197,18 @@ def _resume_state(
         data.approval = approval_of(request)
         return States.AWAITING_APPROVAL
     return States.GATE
+
+
+def _at_input(state: str, data: RunData, turn: Assistant | None, terminal: Terminal | None) -> bool:
+    """Whether a chat's journal ends waiting for the user's next prompt: its last turn is an
+    answer, or it was suspended at the prompt."""
+    if terminal is not None and terminal.message == AT_INPUT:
+        return True
+    if state != States.DECIDE or turn is None:
+        return False
+    # as `chat_turn_ended` has it: a final answer, or a turn that cannot be used
+    final = not tool_uses(turn.message) and data.stop_reason != "pause_turn"
+    return final or data.stop_reason == "max_tokens"
 
 
 def approval_of(request: ApprovalRequested) -> dict[str, Any]:

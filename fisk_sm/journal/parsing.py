@@ -14,8 +14,9 @@ from pathlib import Path
 
 from fisk_sm.config.errors import one_line
 from fisk_sm.journal.base import JournalError
+from fisk_sm.journal.decode import decode
 from fisk_sm.journal.fold import FoldError, fold
-from fisk_sm.journal.records import FORMAT_VERSION, Meta, Record, decode
+from fisk_sm.journal.records import FORMAT_VERSION, Meta, Record
 from fisk_sm.journal.snapshot import Snapshot
 
 __all__ = ["CorruptJournalError", "fold_journal", "parse_journal", "read_all"]

@@ -62,6 +62,14 @@ class RunData:
     denials: dict[str, str] = attrs.Factory(dict)
     #: The tools the operator answered "always" for, for the rest of the run.
     allowed: list[str] = attrs.Factory(list)
+    #: A chat run: after each turn it waits for the user's next prompt (`awaiting_input`).
+    chat: bool = False
+    #: The follow-up prompts of a chat so far; each adds `max_iterations` to the cap.
+    follow_ups: int = 0
+    #: The chat waits for (or was stopped waiting for) the user's next prompt.
+    at_input: bool = False
+    #: The user ended the chat at the prompt (`/exit`, end of input) rather than suspending it.
+    input_ended: bool = False
 
     @classmethod
     def begin(cls, run_id: str, prompt: str) -> RunData:
@@ -103,6 +111,10 @@ class Snapshot:
     approval: dict[str, Any] | None = None
     denials: dict[str, str] = attrs.Factory(dict)
     allowed: tuple[str, ...] = ()
+    chat: bool = False
+    follow_ups: int = 0
+    at_input: bool = False
+    input_ended: bool = False
 
     @property
     def completed(self) -> bool:

@@ -7,30 +7,55 @@ the run's data; it never chooses the next state, which is the guards' job. Each 
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+import asyncio
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, Protocol
 
 from fisk_sm.events.types import MessageReceived, ToolCalled, ToolFinished, WarningRaised, wants
-from fisk_sm.journal.fold import approval_of
+from fisk_sm.journal.fold import approval_of, merge_user
 from fisk_sm.journal.records import (
     ApprovalAnswered,
     ApprovalRequested,
     Assistant,
     ToolResult,
     ToolStarted,
+    User,
 )
 from fisk_sm.journal.snapshot import RunData, Usage, tool_uses
 from fisk_sm.loop.harness import Harness
 from fisk_sm.loop.inflight import CallCancelled, InFlight
-from fisk_sm.machine.guards import turn_is_final, unusable_turn
+from fisk_sm.machine.guards import (
+    iteration_cap,
+    iteration_cap_reached,
+    turn_is_final,
+    unusable_turn,
+)
 from fisk_sm.model.anthropic import ModelError
 from fisk_sm.operator.prompter import Approval, PromptCancelled
 from fisk_sm.tools.base import Outcome, Tool
 from fisk_sm.tools.gate import Audit, denial
 
-__all__ = ["ACTIONS", "INTERRUPTED", "Phase"]
+__all__ = ["ACTIONS", "INTERRUPTED", "Inbox", "InputSource", "Phase"]
+
+#: Where a chat's next prompt comes from: the text, or None when the user ends the chat.
+InputSource = Callable[[], Coroutine[Any, Any, str | None]]
 
 INTERRUPTED = "outcome unknown: the run stopped while this tool was running"
+
+
+class Inbox:
+    """An input source that others post to (a supervisor's `say`): the chat waiting in
+    `awaiting_input` takes the next text posted, in order. Use it on the run's event loop."""
+
+    def __init__(self) -> None:
+        self._texts: asyncio.Queue[str | None] = asyncio.Queue()
+
+    def put(self, text: str | None) -> None:
+        """Post a follow-up (None ends the chat)."""
+        self._texts.put_nowait(text)
+
+    async def __call__(self) -> str | None:
+        return await self._texts.get()
 
 
 class Phase(Protocol):
@@ -40,7 +65,9 @@ class Phase(Protocol):
     harness: Harness
     suspend_requested: bool
     call_cancelled: bool
+    interrupt_requested: bool
     in_flight: InFlight
+    input: InputSource | None
 
     @property
     def budget(self) -> Any: ...
@@ -171,7 +198,7 @@ async def execute_tool(run: Phase) -> None:
     result: dict[str, Any] = {
         "type": "tool_result",
         "tool_use_id": use_id,
-        "content": outcome.content,
+        "content": list(outcome.blocks) if outcome.blocks else outcome.content,
     }
     if outcome.is_error:
         result["is_error"] = True
@@ -264,6 +291,44 @@ async def feed_back_results(run: Phase) -> None:
     data.results = []
 
 
+async def await_input(run: Phase) -> None:
+    """Wait for a chat's next prompt, holding no slot, and journal it as a `user` record that
+    holds only the new text (merged into a trailing user message, as the fold does); each
+    follow-up adds `max_iterations` to the cap. A suspend (before or during the wait) leaves
+    the chat at its prompt; the end of input (`None`) ends the chat; with no input source the
+    run suspends, so a journaled chat stays resumable."""
+    data, harness = run.data, run.harness
+    if not data.at_input:  # the turn that led here: say why it stopped, once
+        data.at_input = True
+        why = None
+        if data.error is not None:
+            why = ("turn_error_interactive", data.error)
+        elif iteration_cap_reached(run):
+            why = ("max_iter_interactive", f"max iterations ({iteration_cap(run)}) reached")
+        if why is not None:
+            harness.events.emit(WarningRaised(run_id=data.run_id, warning=why[0], detail=why[1]))
+    data.pending, run.interrupt_requested = [], False
+    if run.suspend_requested:
+        return
+    if run.input is None:
+        run.suspend_requested = True
+        return
+    text: str | None = ""
+    while text is not None and not text.strip():
+        try:
+            text = await run.in_flight.run(run.input())
+        except (CallCancelled, PromptCancelled):
+            return
+    if text is None:
+        data.input_ended = True
+        return
+    message = {"role": "user", "content": text}
+    await harness.journal.append(User(seq=run.next_seq(), message=message))
+    merge_user(data.messages, message)
+    data.follow_ups += 1
+    data.at_input, data.error, data.stop_reason = False, None, None
+
+
 ACTIONS: dict[str, Callable[[Any], Awaitable[None]]] = {
     f.__name__: f
     for f in (
@@ -276,5 +341,6 @@ ACTIONS: dict[str, Callable[[Any], Awaitable[None]]] = {
         await_approval,
         execute_tool,
         feed_back_results,
+        await_input,
     )
 }

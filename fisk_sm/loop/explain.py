@@ -34,20 +34,37 @@ ACTION_EFFECTS: Mapping[str, frozenset[str]] = {
         {
             "call_cancelled",
             "call_failed",
+            "chat_call_failed",
+            "chat_turn_ended",
+            "chat_turn_stopped",
             "iteration_cap_reached",
             "over_budget",
             "turn_is_final",
             "turn_unusable",
         }
     ),
-    "journal_turn": frozenset({"tools_pending", "turn_is_final", "turn_unusable"}),
-    "decide_turn": frozenset({"call_failed"}),  # it records an unusable turn as the error
+    "journal_turn": frozenset(
+        {"chat_turn_ended", "tools_pending", "turn_is_final", "turn_unusable"}
+    ),
+    # it records an unusable turn as the error
+    "decide_turn": frozenset({"call_failed", "chat_call_failed"}),
     "account_tokens": frozenset(),
     # what a tool returns cannot change these; which calls stay pending is previewed below
     "check_gate": frozenset({"approval_pending"}),
     "await_approval": frozenset({"approval_pending"}),
-    "execute_tool": frozenset({"turn_is_final", "turn_unusable"}),
+    "execute_tool": frozenset({"chat_turn_ended", "turn_is_final", "turn_unusable"}),
     "feed_back_results": frozenset(),
+    # the user's answer: a follow-up (which grows the cap), the end of input, or a suspend
+    "await_input": frozenset(
+        {
+            "chat_turn_stopped",
+            "input_ended",
+            "iteration_cap_reached",
+            "suspend_requested",
+            "turn_is_final",
+            "chat_turn_ended",
+        }
+    ),
 }
 
 
@@ -59,12 +76,15 @@ class _Preview:
     budget: Any
     suspend_requested: bool
     call_cancelled: bool
+    interrupt_requested: bool
 
 
 def _first_call_answered(run: Facts) -> Facts:
     # `execute_tool` answers exactly the first pending call, whatever the tool does.
     data = attrs.evolve(run.data, pending=list(run.data.pending[1:]))
-    return _Preview(data, run.budget, run.suspend_requested, run.call_cancelled)
+    return _Preview(
+        data, run.budget, run.suspend_requested, run.call_cancelled, run.interrupt_requested
+    )
 
 
 #: Actions whose effect on the guards' inputs is certain: their exits are evaluated, with the

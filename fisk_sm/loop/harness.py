@@ -16,8 +16,12 @@ event sink, a suspend source, a prompter) travels as one frozen `RunOptions` rec
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import Any
+import asyncio
+import importlib
+import importlib.util
+import os
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -33,10 +37,15 @@ from fisk_sm.tools.hitl import HITL_NOTE, hitl_tools
 from fisk_sm.tools.memory import (
     MEMORY_NOTE,
     MemoryStore,
+    MemoryStoreError,
     default_memory_directory,
     memory_index,
-    memory_tools,
 )
+from fisk_sm.tools.memory_tools import MemoryBackend, memory_tools
+
+if TYPE_CHECKING:
+    from fisk_sm.tools.mcp import McpServers
+    from fisk_sm.tools.memory_kv import KVMemoryStore
 
 __all__ = ["Harness", "NoModel", "RunOptions", "configured_tools"]
 
@@ -67,6 +76,24 @@ def configured_tools(config: AgentConfig) -> list[Tool]:
         else:
             tools.append(exec_tool(spec, work_dir=config.work_dir))
     return tools
+
+
+def _gate_warnings(gate: Gate, offered: Sequence[Tool]) -> list[tuple[str, str, str]]:
+    """Gated tools that nobody can approve, and confirm tags that no tool carries."""
+    warnings = []
+    gated = gate.gated_tools(offered)
+    if gated and not gate.prompter.available:
+        warnings.append(("confirm_no_terminal", ", ".join(gated), f"{len(gated)} gated"))
+    warnings += [("confirm_tag_unmatched", tag, "") for tag in gate.unmatched_tags(offered)]
+    return warnings
+
+
+def _check_mcp_sdk(config: AgentConfig) -> None:
+    """`mcp_servers` without the `mcp` SDK is a `ConfigError` (found without importing it)."""
+    if config.mcp_servers and importlib.util.find_spec("mcp") is None:
+        source = str(config.path) if config.path is not None else "<config>"
+        problem = "needs the mcp SDK, which is not installed: pip install 'fisk-sm[mcp]'"
+        raise ConfigError(source, "mcp_servers", problem)
 
 
 def _tool_tuple(tools: Iterable[Tool]) -> tuple[Tool, ...]:
@@ -105,10 +132,30 @@ class NoModel:
         raise RuntimeError("this harness was built without a model")
 
 
-def memory_store(config: AgentConfig) -> MemoryStore:
-    """The memory store of `config`'s identity."""
-    directory = config.memory_directory or default_memory_directory(config.identity)
-    return MemoryStore(directory)
+#: Where the jetstream memory backend looks for NATS without `options.url`, after $NATS_URL.
+DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
+
+
+def memory_store(config: AgentConfig) -> MemoryStore | KVMemoryStore:
+    """The memory store of `config`'s identity and backend; builds no connection (a KV store
+    connects on its first operation). `jetstream` without nats-py is a `ConfigError`."""
+    memory = config.harness.memory
+    if memory.backend == "file":
+        directory = config.memory_directory or default_memory_directory(config.identity)
+        return MemoryStore(directory)
+    try:
+        from fisk_sm.tools.memory_kv import KVMemoryStore
+    except ImportError:
+        source = str(config.path) if config.path is not None else "<config>"
+        raise ConfigError(
+            source,
+            "harness.memory.backend",
+            "jetstream needs nats-py, which is not installed: pip install 'fisk-sm[nats]'",
+        ) from None
+    options = memory.options
+    url = options.url or os.environ.get("NATS_URL") or DEFAULT_NATS_URL
+    require_read = not options.no_require_read_before_update
+    return KVMemoryStore(url, options.bucket, config.identity, require_read=require_read)
 
 
 @attrs.define
@@ -128,6 +175,14 @@ class Harness:
     warnings: tuple[tuple[str, str, str], ...] = ()
     #: Whether the model was built here (so the run releases it), not handed in.
     owns_model: bool = False
+    #: A memory store that holds a connection (JetStream), released with the harness.
+    memory: MemoryBackend | None = None
+    #: The memory index still to fetch (`prepare`): building never waits on the network.
+    index_pending: bool = False
+    #: The MCP servers of agent.yaml, once started (`start_mcp_servers`), released with it.
+    mcp: McpServers | None = None
+    #: Whether the MCP servers are still to start: building never starts a process.
+    mcp_pending: bool = False
 
     @classmethod
     def build(cls, config: AgentConfig, options: RunOptions | None = None) -> Harness:
@@ -136,10 +191,12 @@ class Harness:
         options = options or RunOptions()
         prompter = options.prompter or NoOperator()
         harness = config.harness
+        _check_mcp_sdk(config)
         candidates = [*configured_tools(config), *options.tools]
         system = [_text(config.system_prompt)] if config.system_prompt else []
         context = []
         warnings: list[tuple[str, str, str]] = []
+        remote_memory: MemoryBackend | None = None
         if harness.human_in_the_loop.enabled:
             candidates += hitl_tools(prompter)
             system.append(_text(HITL_NOTE))
@@ -149,7 +206,9 @@ class Harness:
             store = memory_store(config)
             candidates += memory_tools(store)
             system.append(_text(MEMORY_NOTE))
-            if not harness.memory.no_index:
+            if not isinstance(store, MemoryStore):
+                remote_memory = store  # its index comes from `prepare`, off the build
+            elif not harness.memory.no_index:
                 try:
                     context.append(_text(memory_index(store)))
                 except OSError as exc:
@@ -157,10 +216,8 @@ class Harness:
         offered = [t for t in candidates if harness.tools.offers(t.name, t.tags)]
         box = ToolBox.of(offered)
         gate = Gate(prompter, harness.confirm_tags)
-        gated = gate.gated_tools(offered)
-        if gated and not prompter.available:
-            warnings.append(("confirm_no_terminal", ", ".join(gated), f"{len(gated)} gated"))
-        warnings += [("confirm_tag_unmatched", tag, "") for tag in gate.unmatched_tags(offered)]
+        if not config.mcp_servers:  # else the whole tool set is known once they listed theirs
+            warnings += _gate_warnings(gate, offered)
         return cls(
             config=config,
             model=options.model or AnthropicModel(config.llm),
@@ -174,17 +231,64 @@ class Harness:
             tool_definitions=tuple(box.definitions),
             warnings=tuple(warnings),
             owns_model=options.model is None,
+            memory=remote_memory,
+            index_pending=remote_memory is not None and not harness.memory.no_index,
+            mcp_pending=bool(config.mcp_servers),
         )
+
+    async def start_mcp_servers(self) -> None:
+        """Start (stdio) or reach (http) the MCP servers of agent.yaml and add their tools,
+        which the selection filters like any other; then the gate's warnings, over the whole
+        tool set. Idempotent. A server that fails raises `McpError` (a `ToolLoadError`)."""
+        if not self.mcp_pending:
+            return
+        self.mcp_pending = False
+        # Importing the SDK takes a while: a worker thread's time, not the loop's.
+        await asyncio.to_thread(importlib.import_module, "fisk_sm.tools.mcp")
+        from fisk_sm.tools.mcp import McpServers
+
+        config = self.config
+        self.mcp = await McpServers.open(
+            config.mcp_servers, taken=self.tools.tools, work_dir=config.work_dir
+        )
+        selection = config.harness.tools
+        offered = [t for t in self.mcp.tools if selection.offers(t.name, t.tags)]
+        tools = [*self.tools.tools.values(), *offered]
+        self.tools = ToolBox.of(tools)
+        self.tool_definitions = tuple(self.tools.definitions)
+        self.warnings = (*self.warnings, *_gate_warnings(self.gate, tools))
+
+    async def prepare(self) -> None:
+        """Do what building could not without waiting: start the MCP servers
+        (`start_mcp_servers`), and fetch a JetStream memory index, put first in `context`.
+        Idempotent; a store that fails (a missing or misconfigured bucket, no server) becomes a
+        `memory_index` warning naming why, and each memory tool then reports the same error."""
+        await self.start_mcp_servers()
+        if not self.index_pending or self.memory is None:
+            return
+        self.index_pending = False
+        try:
+            index = await self.memory.index()
+        except (MemoryStoreError, OSError) as exc:
+            self.warnings = (*self.warnings, ("memory_index", "", str(exc)))
+            return
+        self.context = (_text(index), *self.context)
 
     async def aclose(self) -> None:
         """Release the journal (a session's lock and file) and, if it was built here, the
-        model's share of the SDK client; idempotent."""
+        model's share of the SDK client; stop the MCP servers; idempotent."""
         try:
+            if self.mcp is not None:
+                await self.mcp.aclose()  # a stdio server's process group is killed
             await self.journal.close()
         finally:
-            close = getattr(self.model, "aclose", None) if self.owns_model else None
-            if close is not None:
-                await close()
+            try:
+                if self.memory is not None:
+                    await self.memory.aclose()
+            finally:
+                close = getattr(self.model, "aclose", None) if self.owns_model else None
+                if close is not None:
+                    await close()
 
     def request(self, messages: list[dict[str, Any]]) -> ModelRequest:
         """The next model request over `messages`."""

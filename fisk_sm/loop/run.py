@@ -23,7 +23,7 @@ from fisk_sm.config.states import States
 from fisk_sm.events.types import RunStarted, WarningRaised
 from fisk_sm.journal.records import Meta, Terminal
 from fisk_sm.journal.snapshot import RunData, Snapshot
-from fisk_sm.loop.actions import ACTIONS
+from fisk_sm.loop.actions import ACTIONS, InputSource
 from fisk_sm.loop.explain import Explanation, explain
 from fisk_sm.loop.fingerprint import fingerprint
 from fisk_sm.loop.harness import Harness, RunOptions
@@ -65,6 +65,10 @@ class Run:
         self.harness = harness
         self.suspend_requested = False
         self.call_cancelled = False
+        self.interrupt_requested = False
+        #: Where a chat run's next prompt comes from (`awaiting_input`); None: nobody, so a
+        #: chat waiting for input suspends.
+        self.input: InputSource | None = None
         self.in_flight = InFlight()
         self.resumed = False
         self._seq = seq
@@ -78,10 +82,14 @@ class Run:
         options: RunOptions | None = None,
         *,
         run_id: str | None = None,
+        chat: bool = False,
     ) -> Run:
-        """A new run of `config` on `prompt`; what `options` leaves out is built from config."""
+        """A new run of `config` on `prompt`; what `options` leaves out is built from config.
+        A `chat` run waits in `awaiting_input` after each turn for a follow-up from `input`."""
         harness = Harness.build(config, options)
-        return cls(RunData.begin(run_id or new_run_id(), prompt), harness)
+        data = RunData.begin(run_id or new_run_id(), prompt)
+        data.chat = chat
+        return cls(data, harness)
 
     async def aclose(self) -> None:
         """Release what the run holds: its journal (a session's lock and file) and, if the
@@ -133,18 +141,34 @@ class Run:
 
         A run waiting for the operator's answer (`awaiting_approval`) stops waiting either way:
         the approval stays pending (journaled as asked, never denied), the run ends `suspended`
-        and a resume asks again.
+        and a resume asks again. So does a chat waiting for its next prompt (`awaiting_input`):
+        it ends `suspended` at the prompt, and a resume returns there without a model call.
         """
         self.suspend_requested = True
-        if now or self.state == States.AWAITING_APPROVAL:
+        if now or self.state in (States.AWAITING_APPROVAL, States.AWAITING_INPUT):
             self.in_flight.cancel()
+
+    def end_input(self) -> None:
+        """End a chat at its prompt: it leaves `awaiting_input` for `completed`
+        (`input_ended`). A journaled chat is suspended instead (`request_suspend`), so that it
+        stays resumable."""
+        self.data.input_ended = True
+        if self.state == States.AWAITING_INPUT:
+            self.in_flight.cancel()
+
+    def request_interrupt(self) -> None:
+        """Stop a chat's turn at the next loop boundary (never mid-tool, never mid-call) and
+        wait for the next prompt there (`chat_turn_stopped`); a one-shot run ignores it."""
+        self.interrupt_requested = True
 
     async def _begin(self) -> None:
         self._started_at = time.monotonic()
         harness = self.harness
+        await harness.prepare()  # what needs the loop (a JetStream memory index), before warnings
         if harness.journal.last_seq == 0:
             data = self.data
-            await harness.journal.append(Meta.new(data.run_id, fingerprint(harness), data.prompt))
+            meta = Meta.new(data.run_id, fingerprint(harness), data.prompt, interactive=data.chat)
+            await harness.journal.append(meta)
             self._seq = 1
         run_id = self.data.run_id
         started = RunStarted(

@@ -1,10 +1,12 @@
 """Checkpointed runs: start a session in a store, or resume one through the resume gate.
 
-A session's journal lives in a `FileStore`. Starting one writes the meta record (with the resume
-fingerprint) before anything else. Resuming one opens the journal (taking the lock, truncating a
-torn last line), folds it, refuses a completed session, a provider change or (without `force`)
-any drift of the configuration, and continues from the folded state. A fixed reminder is added
-to the system prompt of a resumed run; it is not part of the fingerprint.
+A session's journal lives in a store: a `FileStore` or a `JetStreamStore` (the `SessionStore`
+protocol). Starting one writes the meta record (with the resume fingerprint) before anything
+else. Resuming one opens the journal (a file's: taking the lock, truncating a torn last line; a
+stream's: no lock, its first append is fenced), folds it, refuses a completed session, a
+provider change or (without `force`) any drift of the configuration, and continues from the
+folded state. A fixed reminder is added to the system prompt of a resumed run; it is not part
+of the fingerprint.
 
 Both are coroutines because a supervisor calls them on the event loop that drives its other
 runs: the SDK's import and client, the lock, the file, its fsyncs and the fold all happen in
@@ -17,7 +19,8 @@ import asyncio
 
 from fisk_sm.config.agent import AgentConfig
 from fisk_sm.events.types import RunResumed
-from fisk_sm.journal.filestore import FileJournal, FileStore, fold_journal
+from fisk_sm.journal.base import SessionJournal, SessionStore
+from fisk_sm.journal.parsing import fold_journal
 from fisk_sm.journal.records import Meta
 from fisk_sm.journal.snapshot import RunData
 from fisk_sm.loop.fingerprint import check_resume, fingerprint
@@ -39,10 +42,16 @@ async def _harness(config: AgentConfig, options: RunOptions | None) -> Harness:
         raise ValueError("a session's journal is its file in the store: leave options.journal out")
     if options.model is None:
         await warm_up(config.llm)  # so building the model below finds its client ready
-    return Harness.build(config, options)
+    harness = Harness.build(config, options)
+    try:
+        await harness.start_mcp_servers()  # their tools are in the fingerprint
+    except BaseException:
+        await harness.aclose()
+        raise
+    return harness
 
 
-def _use(harness: Harness, journal: FileJournal) -> None:
+def _use(harness: Harness, journal: SessionJournal) -> None:
     """Make `journal` the harness's; a `retry` tool's intent record then needs no fsync."""
     journal.deferred_intents = frozenset(
         name for name, tool in harness.tools.tools.items() if tool.crash_policy == "retry"
@@ -53,27 +62,32 @@ def _use(harness: Harness, journal: FileJournal) -> None:
 async def start_session(
     config: AgentConfig,
     prompt: str,
-    store: FileStore,
+    store: SessionStore,
     options: RunOptions | None = None,
     *,
     run_id: str | None = None,
+    chat: bool = False,
 ) -> Run:
-    """Create a session in `store` (its meta record is durable on return) and its run."""
+    """Create a session in `store` (its meta record is durable on return) and its run; a
+    `chat` session's meta says so (`interactive`)."""
     harness = await _harness(config, options)
     run_id = run_id or new_run_id()
+    meta = Meta.new(run_id, fingerprint(harness), prompt, interactive=chat)
     try:
-        journal = await store.create_async(Meta.new(run_id, fingerprint(harness), prompt))
+        journal = await store.create_async(meta)
     except BaseException:
         await harness.aclose()
         raise
     _use(harness, journal)
-    return Run(RunData.begin(run_id, prompt), harness, seq=1)
+    data = RunData.begin(run_id, prompt)
+    data.chat = chat
+    return Run(data, harness, seq=1)
 
 
 async def resume_session(
     config: AgentConfig,
     run_id: str,
-    store: FileStore,
+    store: SessionStore,
     options: RunOptions | None = None,
     *,
     force: bool = False,

@@ -16,7 +16,18 @@ How the records map to the machine:
 - a `terminal` record is consumed as the run enters the terminal state it names; when records
   follow it, the session was resumed: a `resume` step leads from the terminal state to the
   state `fold` resumes in;
-- a `user` record is read at `suspend_check`.
+- a `user` record (a chat's follow-up) is read at `awaiting_input` (at `suspend_check` in a
+  journal that is not a chat's).
+
+A chat (its meta is `interactive`) enters `awaiting_input` where a one-shot run would end: from
+`decide` by the replayed `chat_turn_ended`, and from `suspend_check` (`chat_turn_stopped`) or
+`call` (`chat_call_failed`) when the next record shows the chat at its prompt: a `user` record,
+or the `suspended` record of a chat suspended there (its message is `AT_INPUT`). A failed call
+journals nothing, but it counts: the next `assistant` record's `iteration` is then two above
+the replay's at that boundary, one above when the turn stopped there (its iterations used up,
+or an interrupt); with no later turn to tell, the replay takes the boundary's exit. It leaves
+`awaiting_input` to `suspend_check` by a follow-up, to `suspended` by that record, or to
+`completed` (`input_ended`) by a `completed` record.
 
 Guards over the turn (`turn_unusable`, `turn_is_final`, `tools_pending`) are the real ones,
 evaluated on the replayed turn. Guards over facts a run never journals (a suspend request, a
@@ -27,12 +38,15 @@ other `suspended` record as a boundary's `suspend_requested`. With no record lef
 stops where `fold` would resume (`suspend_check`, `decide`, `gate`, `awaiting_approval`, or
 `execute` for a tool without a result), so an open session's current state is its resume
 state. A crash leaves no record, so what a killed process did after its last durable record is
-not on the path (a tool started twice shows as a `resume` of `execute`).
+not on the path (a tool started twice shows as a `resume` of `execute`). A run taken over by a
+new owner (its `suspended` record says `taken over`, and may come anywhere, even mid-batch)
+enters `suspended` by `taken_over`, then `resume`s.
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -41,7 +55,7 @@ import attrs
 
 from fisk_sm.config.states import States
 from fisk_sm.journal.base import JournalError
-from fisk_sm.journal.fold import approval_of, fold
+from fisk_sm.journal.fold import AT_INPUT, approval_of, fold
 from fisk_sm.journal.records import (
     ApprovalAnswered,
     ApprovalRequested,
@@ -52,16 +66,20 @@ from fisk_sm.journal.records import (
     ToolResult,
     ToolStarted,
     User,
+    is_takeover,
 )
 from fisk_sm.journal.snapshot import RunData, tool_uses
 from fisk_sm.machine.evaluator import LoopMachine, build_machine
 from fisk_sm.machine.guards import CALL_CANCELLED, GUARDS
 from fisk_sm.machine.table import Table, load_table
 
-__all__ = ["RESUME", "PathError", "PathStep", "SessionPath", "session_path"]
+__all__ = ["RESUME", "TAKEOVER", "PathError", "PathStep", "SessionPath", "session_path"]
 
 #: The trigger of the step from a terminal state to where a resumed session continued.
 RESUME = "resume"
+#: The trigger of the step into `suspended` where another owner took the run over (anywhere:
+#: the old owner's lease had expired), before its `resume`.
+TAKEOVER = "taken_over"
 
 # Guards over facts no record holds: each holds when the next record is this terminal record.
 # A suspend-now that cut a call journals nothing of it; its terminal record's message says so.
@@ -71,12 +89,28 @@ _EVIDENCE: dict[str, tuple[str, bool | None]] = {
     "call_cancelled": (States.SUSPENDED, True),
     "call_failed": (States.FAILED, None),
     "over_budget": (States.BUDGET_EXHAUSTED, None),
+    "input_ended": (States.COMPLETED, None),
 }
 # Guards over the turn, evaluated on the replayed turn as a live run evaluates them.
-_REPLAYED = ("turn_unusable", "turn_is_final", "tools_pending", "approval_pending")
+_REPLAYED = (
+    "turn_unusable",
+    "turn_is_final",
+    "tools_pending",
+    "approval_pending",
+    "chat_turn_ended",
+)
+# A chat's guards read from the records ahead (see the module's docstring).
+_AT_PROMPT = ("chat_turn_stopped", "chat_call_failed")
 # Where the replay stops when no record is left: the states `fold` resumes in.
 _RESTING = frozenset(
-    {States.SUSPEND_CHECK, States.DECIDE, States.GATE, States.AWAITING_APPROVAL, States.EXECUTE}
+    {
+        States.SUSPEND_CHECK,
+        States.DECIDE,
+        States.GATE,
+        States.AWAITING_APPROVAL,
+        States.EXECUTE,
+        States.AWAITING_INPUT,
+    }
 )
 
 
@@ -147,6 +181,8 @@ class _Replay:
         self.state = state
         self.data = data
         self.ahead: Record | None = None
+        self.records: Sequence[Record] = ()  # the journal, and where the replay is in it
+        self.at = 0
 
 
 def _noop(run: Any, fire: object) -> None:
@@ -167,13 +203,38 @@ def _evidence(reason: str, cut: bool | None) -> Callable[[_Replay], bool]:
     return holds
 
 
+def _at_prompt(run: _Replay) -> bool:
+    """A chat's next record shows it at its prompt: a follow-up, the record of a suspend
+    there, or the end of a plain chat."""
+    ahead = run.ahead
+    if not run.data.chat:
+        return False
+    if isinstance(ahead, User):
+        return True
+    return isinstance(ahead, Terminal) and (
+        ahead.message == AT_INPUT or ahead.reason == States.COMPLETED
+    )
+
+
+def _stopped_at_boundary(run: _Replay) -> bool:
+    """A chat at its prompt whose turn stopped at this boundary, not in a failed call next:
+    the next turn's `iteration` counts no call in between."""
+    if not _at_prompt(run):
+        return False
+    later = itertools.islice(run.records, run.at, None)
+    turn = next((r for r in later if isinstance(r, Assistant)), None)
+    return turn is None or turn.iteration <= run.data.iteration + 1
+
+
 @functools.cache
 def _replay_machine(table: Table) -> LoopMachine:
-    unknown = sorted(table.guard_names - set(_EVIDENCE) - set(_REPLAYED))
+    known = set(_EVIDENCE) | set(_REPLAYED) | set(_AT_PROMPT)
+    unknown = sorted(table.guard_names - known)
     if unknown:
         raise PathError(f"no journal evidence for guard(s) {', '.join(unknown)}")
     guards: dict[str, Callable[[Any], bool]] = {g: GUARDS[g] for g in _REPLAYED}
     guards.update({g: _evidence(*evidence) for g, evidence in _EVIDENCE.items()})
+    guards.update(chat_turn_stopped=_stopped_at_boundary, chat_call_failed=_at_prompt)
     return build_machine(table, guards, dict.fromkeys(table.hook_names, _noop))
 
 
@@ -196,6 +257,7 @@ class _Walk:
         self.records = records
         self.machine = _replay_machine(table)
         self.run = _Replay(table.initial, RunData.begin(meta.run_id, meta.prompt))
+        self.run.data.chat = meta.interactive
         self.at = 1
         self.steps = [PathStep(table.initial, seq=meta.seq)]
 
@@ -230,20 +292,44 @@ class _Walk:
                     break
                 self.resume(state)
                 continue
-            if self.ahead is None and state in _RESTING:
+            if self.ahead is None and state in _RESTING and not self.answered(state):
                 break
+            if self.taken_over(state):
+                continue
             if not self.act(state):
                 break
             self.fire(state)
         return SessionPath(self.run.data.run_id, tuple(self.steps))
 
+    def answered(self, state: str) -> bool:
+        """A chat whose journal ends on its answer rests at its prompt, not in `decide`."""
+        ended: Callable[[Any], bool] = GUARDS["chat_turn_ended"]  # over the replayed turn
+        return state == States.DECIDE and ended(self.run)
+
+    def taken_over(self, state: str) -> bool:
+        """Consume a takeover record ahead (after the intent of a tool that was running when
+        the old owner lost the run, if any) as an entry into `suspended` from `state`."""
+        skip = 0
+        if state == States.EXECUTE and isinstance(self.ahead, ToolStarted):
+            skip = 1
+        at = self.at + skip
+        if at >= len(self.records) or not is_takeover(self.records[at]):
+            return False
+        self.at = at + 1
+        self.run.state = States.SUSPENDED
+        self.enter(States.SUSPENDED, state, TAKEOVER, None)
+        return True
+
     def act(self, state: str) -> bool:
         """Consume what the action of `state` journals; False if its records are not all
         there yet (a tool that was still running)."""
         ahead = self.ahead
-        if state == States.SUSPEND_CHECK and isinstance(ahead, User):
+        chat = self.run.data.chat
+        at_prompt = state == States.AWAITING_INPUT if chat else state == States.SUSPEND_CHECK
+        if at_prompt and isinstance(ahead, User):
             self.take()
             self.run.data.pending, self.run.data.stop_reason = [], None
+            self.run.data.follow_ups += 1
         elif state == States.JOURNAL:
             if not isinstance(ahead, Assistant):
                 raise self.fail("an assistant record")
@@ -299,6 +385,7 @@ class _Walk:
         a terminal state consumes its terminal record."""
         run = self.run
         run.ahead = self.ahead
+        run.records, run.at = self.records, self.at
         step = self.machine.step(run)
         if self.machine.actions.get(source) == "call_model" and step.guard != "call_cancelled":
             run.data.iteration += 1  # a cancelled call does not count (`call_model` says why)

@@ -8,11 +8,20 @@ content blocks stay exactly as sent, because thinking signatures break if blocks
 re-encoded, and a malformed reply becomes a `ModelError` ("malformed model reply: ...") before
 any of it reaches the journal. Anything with the same `create` method can stand in for the
 model (the benchmarks use an in-process one).
+
+Streaming. A model given `on_text` asks for the reply as Server-Sent Events (`"stream": true`,
+through the SDK's `with_streaming_response`, so retries and error statuses work as for a plain
+call) and hands each text delta to `on_text` as it arrives (a chat shows the answer as it is
+written). The events are assembled into the same message dict a plain call returns, and that
+goes through the same `parse_reply`: the journal gets the whole turn, never a part of it. An
+`error` event mid-stream is a `ModelError`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
@@ -137,6 +146,8 @@ class AnthropicModel:
     llm: LLMConfig
     api_key: str | None = None
     max_retries: int = 2
+    #: Called with each piece of the answer's text as it streams in; None: no streaming.
+    on_text: Callable[[str], None] | None = None
     client: anthropic.AsyncAnthropic = attrs.field(init=False, repr=False)
     _share: ClientShare = attrs.field(init=False, repr=False)
 
@@ -152,8 +163,11 @@ class AnthropicModel:
         deadline = self.llm.budget.call_timeout
         try:
             async with asyncio.timeout(deadline):
-                raw = await self.client.messages.with_raw_response.create(**request.params())
-                body = await raw.read()
+                if self.on_text is not None:
+                    body = await self._streamed(request, self.on_text)
+                else:
+                    raw = await self.client.messages.with_raw_response.create(**request.params())
+                    body = await raw.read()
         except TimeoutError:
             raise ModelError(f"llm call: timed out after {deadline:g}s") from None
         except anthropic.APIStatusError as exc:
@@ -164,6 +178,13 @@ class AnthropicModel:
         except anthropic.APIError as exc:
             raise ModelError(f"llm call: {one_line(str(exc))}") from None
         return parse_reply(body)
+
+    async def _streamed(self, request: ModelRequest, on_text: Callable[[str], None]) -> bytes:
+        """The reply of a streamed call, assembled from its events, as a JSON body."""
+        create = self.client.messages.with_streaming_response.create
+        async with create(**request.params(), stream=True) as response:
+            message = await assemble(_sse_data(response.iter_lines()), on_text)
+        return json.dumps(message).encode()
 
     async def aclose(self) -> None:
         """Let go of the client (closed once no other model on this loop uses it); idempotent."""
@@ -178,3 +199,67 @@ def _reason(exc: anthropic.APIStatusError) -> str:
         if isinstance(error, dict) and error.get("message"):
             return one_line(str(error["message"]))
     return one_line(str(exc.message))
+
+
+async def _sse_data(lines: AsyncIterator[str]) -> AsyncIterator[dict[str, Any]]:
+    """The JSON `data:` of each Server-Sent Event (one data line per event, as the API sends)."""
+    async for line in lines:
+        if line.startswith("data:"):
+            try:
+                event = json.loads(line[5:].strip())
+            except ValueError:
+                raise ModelError("malformed model reply: a stream event is not JSON") from None
+            if isinstance(event, dict):
+                yield event
+
+
+def _delta(block: dict[str, Any], delta: dict[str, Any], parts: dict[int, str], at: int) -> str:
+    """Apply one content delta to its block; the text it added to the answer, if any."""
+    kind = delta.get("type")
+    if kind == "text_delta":
+        text = str(delta.get("text", ""))
+        block["text"] = block.get("text", "") + text
+        return text
+    if kind == "input_json_delta":
+        parts[at] = parts.get(at, "") + str(delta.get("partial_json", ""))
+    elif kind == "thinking_delta":
+        block["thinking"] = block.get("thinking", "") + str(delta.get("thinking", ""))
+    elif kind == "signature_delta":
+        block["signature"] = delta.get("signature", "")
+    elif kind == "citations_delta":
+        block.setdefault("citations", []).append(delta.get("citation"))
+    return ""
+
+
+async def assemble(
+    events: AsyncIterator[dict[str, Any]], on_text: Callable[[str], None]
+) -> dict[str, Any]:
+    """The message a stream of Messages API events spells, handing text deltas to `on_text`."""
+    message: dict[str, Any] = {}
+    blocks: dict[int, dict[str, Any]] = {}
+    parts: dict[int, str] = {}
+    async for event in events:
+        kind = event.get("type")
+        if kind == "message_start":
+            message = dict(event.get("message") or {})
+        elif kind == "content_block_start":
+            blocks[int(event.get("index", len(blocks)))] = dict(event.get("content_block") or {})
+        elif kind == "content_block_delta":
+            at = int(event.get("index", 0))
+            text = _delta(blocks.setdefault(at, {}), event.get("delta") or {}, parts, at)
+            if text:
+                on_text(text)
+        elif kind == "message_delta":
+            message.update(event.get("delta") or {})
+            usage = {k: v for k, v in (event.get("usage") or {}).items() if v is not None}
+            message["usage"] = {**(message.get("usage") or {}), **usage}
+        elif kind == "error":
+            error = event.get("error") or {}
+            raise ModelError(f"llm call: stream error: {one_line(str(error.get('message')))}")
+    for at, partial in parts.items():
+        try:
+            blocks[at]["input"] = json.loads(partial) if partial else {}
+        except ValueError:
+            raise ModelError("malformed model reply: a tool_use input is not JSON") from None
+    message["content"] = [blocks[at] for at in sorted(blocks)]
+    return message

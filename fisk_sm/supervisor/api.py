@@ -25,6 +25,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from fisk_sm.config.errors import ConfigError, one_line
+from fisk_sm.journal.base import JournalError
 from fisk_sm.journal.filestore import InvalidIdError, check_run_id
 from fisk_sm.machine.diagram import DiagramError, draw
 from fisk_sm.machine.path import PathError, SessionPath, session_path
@@ -147,24 +148,30 @@ def build_app(supervisor: Supervisor, token: str | None = None) -> ASGIApp:
         if not prompt.strip():
             raise BadRequest("prompt: must not be empty")
         name, config = _field(body, "name"), _field(body, "config")
+        chat = body.get("chat", False)
+        if not isinstance(chat, bool):
+            raise BadRequest(f"chat: must be a boolean, not {type(chat).__name__}")
         try:
-            tracked = await supervisor.submit(prompt, name, config)
+            start = supervisor.submit_chat if chat else supervisor.submit
+            tracked = await start(prompt, name, config)
         except ConfigError as exc:  # a config that does not load
             raise BadRequest(f"config: {exc}") from None
         return JSONResponse(tracked.to_json(), status_code=201)
 
     async def list_runs(request: Request) -> Response:
+        await supervisor.refresh()
         return JSONResponse({"runs": [t.to_json() for t in supervisor.listing()]})
 
     async def _path(run_id: str) -> SessionPath | None:
         try:
-            records = await asyncio.to_thread(supervisor.store.load, run_id)
+            records = await supervisor.records_of(run_id)
             return await asyncio.to_thread(session_path, records)
-        except (PathError, OSError, ValueError):
+        except (PathError, OSError, ValueError, JournalError):
             return None
 
     async def show(request: Request) -> Response:
         run_id = _run_id(request)
+        await supervisor.refresh()
         tracked = supervisor.get(run_id)
         path = await _path(run_id)
         states = list(path.states) if path is not None else list(tracked.sink.states)
@@ -190,6 +197,7 @@ def build_app(supervisor: Supervisor, token: str | None = None) -> ASGIApp:
         return act
 
     async def approvals(request: Request) -> Response:
+        await supervisor.refresh()
         return JSONResponse({"approvals": supervisor.approvals()})
 
     async def answer(request: Request) -> Response:
@@ -202,6 +210,14 @@ def build_app(supervisor: Supervisor, token: str | None = None) -> ASGIApp:
             raise BadRequest(f"answer: must be one of once, always, deny; not {given!r}")
         tracked = await supervisor.answer(run_id, tool_use_id, approval)
         return JSONResponse(tracked.to_json())
+
+    async def say(request: Request) -> Response:
+        run_id = _run_id(request)
+        text = _field(await _body(request), "text", required=True)
+        if not (text or "").strip():
+            raise BadRequest("text: must not be empty")
+        assert text is not None
+        return JSONResponse((await supervisor.say(run_id, text)).to_json(), status_code=202)
 
     async def events(request: Request) -> Response:
         run_id = request.query_params.get("run")
@@ -242,6 +258,7 @@ def build_app(supervisor: Supervisor, token: str | None = None) -> ASGIApp:
         Route("/api/runs/{run_id}/suspend", _errors(action("suspend")), methods=["POST"]),
         Route("/api/runs/{run_id}/resume", _errors(action("resume")), methods=["POST"]),
         Route("/api/runs/{run_id}/abort", _errors(action("abort")), methods=["POST"]),
+        Route("/api/runs/{run_id}/say", _errors(say), methods=["POST"]),
         Route("/api/approvals", _errors(approvals), methods=["GET"]),
         Route("/api/runs/{run_id}/approvals/{tool_use_id}", _errors(answer), methods=["POST"]),
         Route("/api/events", _errors(events), methods=["GET"]),

@@ -73,6 +73,10 @@ _SCHEMAS: dict[str, Any] = {
             "approval": {"oneOf": [{"type": "null"}, _ref("Approval")]},
             "outcome": {"type": ["string", "null"]},
             "answer": _STR,
+            "owner": {
+                "type": "string",
+                "description": "the supervisor that drives the run (with --nats); optional",
+            },
         },
     },
     "Entry": {
@@ -106,7 +110,13 @@ _SCHEMAS: dict[str, Any] = {
             "prompt": _STR,
             "name": {"type": "string", "description": "a label (default: the run id)"},
             "config": {"type": "string", "description": "another agent.yaml on the server"},
+            "chat": {"type": "boolean", "description": "wait for a follow-up after each answer"},
         },
+    },
+    "Say": {
+        "type": "object",
+        "required": ["text"],
+        "properties": {"text": {"type": "string", "description": "the follow-up prompt"}},
     },
     "Answer": {
         "type": "object",
@@ -205,6 +215,15 @@ _PATHS: dict[str, Any] = {
     "/api/runs/{run_id}/suspend": _action("suspend", "suspend now (a restart leaves it)"),
     "/api/runs/{run_id}/resume": _action("resume", "resume a suspended or parked run"),
     "/api/runs/{run_id}/abort": _action("abort", "stop a run for good"),
+    "/api/runs/{run_id}/say": {
+        "post": {
+            "operationId": "sayToRun",
+            "summary": "post a follow-up to a chat run waiting for input (awaiting_input)",
+            "parameters": [_RUN_ID],
+            "requestBody": {"required": True, **_json(_ref("Say"), "the follow-up")},
+            "responses": {"202": _json(_ref("Run"), "the run"), **_errors(400, 401, 404, 409)},
+        }
+    },
     "/api/approvals": {
         "get": {
             "operationId": "listApprovals",

@@ -23,14 +23,19 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 
 from fisk_sm.config.agent import AgentConfig, load_config
 from fisk_sm.config.errors import one_line
 from fisk_sm.config.states import States
+from fisk_sm.events.types import Fanout
 from fisk_sm.journal.filestore import FileStore, check_run_id
+from fisk_sm.journal.jetstream import JetStreamStore
+from fisk_sm.journal.records import Record
+from fisk_sm.journal.snapshot import Snapshot
+from fisk_sm.loop.actions import Inbox
 from fisk_sm.loop.harness import RunOptions
 from fisk_sm.loop.run import Run, new_run_id
 from fisk_sm.loop.sessions import resume_session, start_session
@@ -54,6 +59,16 @@ __all__ = ["SLOT_STATES", "Conflict", "NotFound", "Supervisor"]
 SLOT_STATES = frozenset({States.CALL, States.EXECUTE})
 
 
+class RunRegistry(Protocol):
+    """What a supervisor asks of its registry (`Registry`; a cluster keeps none of its own)."""
+
+    def load(self) -> dict[str, RegistryEntry]: ...
+
+    async def submitted(self, run_id: str, name: str, config: str) -> RegistryEntry: ...
+
+    async def mark(self, disposition: str, *run_ids: str) -> None: ...
+
+
 class NotFound(LookupError):
     """No such run, or no such pending approval (HTTP 404)."""
 
@@ -65,17 +80,19 @@ class Conflict(RuntimeError):
 class Supervisor:
     """Drives many checkpointed runs of `config` in `store` on the running loop.
 
-    `registry_dir` holds the registry (default: `store.directory / "supervisor"`).
+    `registry_dir` holds the registry (default: `store.directory / "supervisor"`); a
+    `JetStreamStore` needs a `registry` given (`fisk_sm.supervisor.cluster`).
     """
 
     def __init__(
         self,
         config: AgentConfig,
-        store: FileStore,
+        store: FileStore | JetStreamStore,
         *,
         concurrency: int = 16,
         registry_dir: Path | None = None,
         options: RunOptions | None = None,
+        registry: RunRegistry | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, not {concurrency}")
@@ -83,7 +100,11 @@ class Supervisor:
         self.store = store
         self.concurrency = concurrency
         self.options = options or RunOptions()
-        self.registry = Registry(registry_dir or store.directory / "supervisor")
+        if registry is None:
+            if not isinstance(store, FileStore):
+                raise TypeError("a supervisor of a JetStream store needs a registry given")
+            registry = Registry(registry_dir or store.directory / "supervisor")
+        self.registry = registry
         self.hub = EventHub()
         self.desk = ApprovalDesk(self._desk_changed)
         self.runs: dict[str, Tracked] = {}
@@ -107,6 +128,21 @@ class Supervisor:
         self._changed(run_id)
 
     # -- looking runs up --------------------------------------------------------------------
+
+    async def refresh(self) -> None:
+        """Bring the runs of other supervisors up to date (a cluster's; here, nothing)."""
+
+    async def snapshot_of(self, run_id: str) -> Snapshot:
+        """The folded journal of `run_id`, read off the loop."""
+        if isinstance(self.store, FileStore):
+            return await asyncio.to_thread(self.store.snapshot, run_id)
+        return await self.store.snapshot_async(run_id)
+
+    async def records_of(self, run_id: str) -> list[Record]:
+        """The journal of `run_id`, read off the loop."""
+        if isinstance(self.store, FileStore):
+            return await asyncio.to_thread(self.store.load, run_id)
+        return await self.store.load_async(run_id)
 
     def get(self, run_id: str) -> Tracked:
         """The run `run_id`; `InvalidIdError` for a malformed id, `NotFound` for an unknown."""
@@ -134,7 +170,8 @@ class Supervisor:
     def _options(self, run_id: str, sink: RunSink) -> RunOptions:
         prompter = DeskPrompter(self.desk, run_id)
         opts = self.options
-        return RunOptions(model=opts.model, tools=opts.tools, events=sink, prompter=prompter)
+        events = sink if opts.events is None else Fanout((sink, opts.events))
+        return RunOptions(model=opts.model, tools=opts.tools, events=events, prompter=prompter)
 
     def _track(self, entry: RegistryEntry, config: AgentConfig) -> Tracked:
         sink = RunSink(entry.run_id, self.hub, self._changed)
@@ -143,6 +180,8 @@ class Supervisor:
         return tracked
 
     def _launch(self, tracked: Tracked, run: Run) -> None:
+        if run.data.chat:  # it waits in awaiting_input for what `say` posts
+            run.input = Inbox()
         tracked.run, tracked.error, tracked.queued = run, None, True
         tracked.stopping = asyncio.Event()
         tracked.task = asyncio.ensure_future(self._drive(tracked, run))
@@ -184,17 +223,25 @@ class Supervisor:
                 else:
                     break  # before a tool starts: the journal stays open in `execute`
         except Exception as exc:  # a failing disk, a refused journal: this run only
-            tracked.error = one_line(exc)
+            self._failed(tracked, exc)
         finally:
             tracked.snapshot = run.snapshot()
             if not run.finished:  # stopped before a tool: the journal's fold is the truth
                 with contextlib.suppress(Exception):
-                    tracked.snapshot = await asyncio.to_thread(self.store.snapshot, run.data.run_id)
+                    tracked.snapshot = await self.snapshot_of(run.data.run_id)
             if run.finished:
                 self.desk.forget(run.data.run_id)
             await run.aclose()
             tracked.queued = False
+            await self._stopped(tracked, run)
             self._changed(run.data.run_id)
+
+    def _failed(self, tracked: Tracked, exc: Exception) -> None:
+        """A step raised: the run stops here, and says why."""
+        tracked.error = one_line(exc)
+
+    async def _stopped(self, tracked: Tracked, run: Run) -> None:
+        """The task driving `run` is done (a cluster gives the run's lease up here)."""
 
     async def _config(self, path: str) -> AgentConfig:
         if not path or (self.config.path is not None and Path(path) == self.config.path):
@@ -208,6 +255,17 @@ class Supervisor:
         self, prompt: str, name: str | None = None, config: str | None = None
     ) -> Tracked:
         """Start a new run on `prompt` (of agent.yaml `config`, else the supervisor's)."""
+        return await self._submit(prompt, name, config, chat=False)
+
+    async def submit_chat(
+        self, prompt: str, name: str | None = None, config: str | None = None
+    ) -> Tracked:
+        """Start a new chat on `prompt`: after each answer it waits for a follow-up (`say`)."""
+        return await self._submit(prompt, name, config, chat=True)
+
+    async def _submit(
+        self, prompt: str, name: str | None, config: str | None, *, chat: bool
+    ) -> Tracked:
         if self.closing:
             raise Conflict("the supervisor is shutting down")
         agent = await self._config(config or "")
@@ -216,9 +274,8 @@ class Supervisor:
         entry = await self.registry.submitted(run_id, name or run_id, config_path)
         tracked = self._track(entry, agent)
         try:
-            run = await start_session(
-                agent, prompt, self.store, self._options(run_id, tracked.sink), run_id=run_id
-            )
+            options = self._options(run_id, tracked.sink)
+            run = await start_session(agent, prompt, self.store, options, run_id=run_id, chat=chat)
         except BaseException:
             del self.runs[run_id]
             await self.registry.mark(ABORTED, run_id)
@@ -253,6 +310,17 @@ class Supervisor:
         await self.registry.mark(OPERATOR_SUSPENDED, run_id)
         self._mark(tracked, OPERATOR_SUSPENDED)
         self._stop(tracked)
+        return tracked
+
+    async def say(self, run_id: str, text: str) -> Tracked:
+        """Post a follow-up to a chat run waiting for its next prompt (`awaiting_input`)."""
+        tracked = self.get(run_id)
+        run = tracked.run
+        if not tracked.live or run is None or run.state != States.AWAITING_INPUT:
+            raise Conflict(f"run {run_id} is not waiting for input (state {tracked.state})")
+        if not isinstance(run.input, Inbox):  # pragma: no cover - _launch gives every chat one
+            raise Conflict(f"run {run_id} is not a chat")
+        run.input.put(text)
         return tracked
 
     async def resume(self, run_id: str) -> Tracked:
@@ -317,7 +385,7 @@ class Supervisor:
                 continue
             tracked = self._track(entry, config)
             try:
-                tracked.snapshot = await asyncio.to_thread(self.store.snapshot, entry.run_id)
+                tracked.snapshot = await self.snapshot_of(entry.run_id)
             except Exception as exc:
                 tracked.error = one_line(exc)
                 continue

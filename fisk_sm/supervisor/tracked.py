@@ -62,7 +62,9 @@ class Tracked:
             return "aborted"
         if state == States.AWAITING_APPROVAL:
             return "parked"
-        if self.live:
+        if state == States.AWAITING_INPUT and self.live:
+            return "waiting"  # a chat waiting for its user's next prompt
+        if self.live and not (self.run is not None and self.run.finished):
             return "queued" if self.queued else "running"
         if self.error is not None:
             return "failed"
@@ -74,7 +76,7 @@ class Tracked:
         run = self.run
         if source is None and run is not None:
             source = run.data
-        finished = run is not None and run.finished and not self.live
+        finished = run is not None and run.finished
         outcome = run.outcome if finished and run is not None else None
         if outcome is None and self.snapshot is not None:
             outcome = self.snapshot.outcome

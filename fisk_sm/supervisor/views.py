@@ -19,6 +19,7 @@ STATUSES = (
     "queued",
     "running",
     "parked",
+    "waiting",
     "suspended",
     "completed",
     "failed",

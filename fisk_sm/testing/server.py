@@ -135,7 +135,60 @@ class _Handler(BaseHTTPRequestHandler):
             "stop_sequence": None,
             "usage": reply.usage,
         }
+        if body.get("stream") is True:  # the Messages API's Server-Sent Events
+            data = b"".join(_sse(kind, event) for kind, event in stream_events(message))
+            return self._send_bytes(200, data, "text/event-stream", request_id=rid)
         self._send(200, message, request_id=rid)
+
+
+def _sse(kind: str, event: dict[str, Any]) -> bytes:
+    return f"event: {kind}\ndata: {json.dumps(event)}\n\n".encode()
+
+
+def _pieces(text: str, size: int = 8) -> list[str]:
+    return [text[i : i + size] for i in range(0, len(text), size)] or [""]
+
+
+def stream_events(message: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """`message` as the Messages API streams it: message_start, each block's start, deltas
+    (text in pieces, a tool's input as JSON, thinking and its signature) and stop, then
+    message_delta (stop reason, output tokens) and message_stop."""
+    usage = dict(message.get("usage") or {})
+    start = {**message, "content": [], "stop_reason": None, "usage": {**usage, "output_tokens": 0}}
+    events: list[tuple[str, dict[str, Any]]] = [
+        ("message_start", {"type": "message_start", "message": start})
+    ]
+    for index, block in enumerate(message.get("content") or []):
+        kind, deltas = block.get("type"), []
+        first = dict(block)
+        if kind == "text":
+            first["text"] = ""
+            deltas = [{"type": "text_delta", "text": t} for t in _pieces(block.get("text", ""))]
+        elif kind == "tool_use":
+            first["input"] = {}
+            deltas = [{"type": "input_json_delta", "partial_json": json.dumps(block["input"])}]
+        elif kind == "thinking":
+            first["thinking"], first["signature"] = "", ""
+            deltas = [
+                {"type": "thinking_delta", "thinking": block.get("thinking", "")},
+                {"type": "signature_delta", "signature": block.get("signature", "")},
+            ]
+        events.append(
+            (
+                "content_block_start",
+                {"type": "content_block_start", "index": index, "content_block": first},
+            )
+        )
+        events += [
+            ("content_block_delta", {"type": "content_block_delta", "index": index, "delta": d})
+            for d in deltas
+        ]
+        events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
+    stop = {"stop_reason": message.get("stop_reason"), "stop_sequence": None}
+    output = {"output_tokens": usage.get("output_tokens", 0)}
+    events.append(("message_delta", {"type": "message_delta", "delta": stop, "usage": output}))
+    events.append(("message_stop", {"type": "message_stop"}))
+    return events
 
 
 def _check_loopback(host: str) -> None:

@@ -24,7 +24,16 @@ import attrs
 
 from fisk_sm.config.names import CRASH_POLICIES
 
-__all__ = ["Outcome", "Tool", "ToolBox", "ToolError", "ToolLoadError", "load_tool", "tool"]
+__all__ = [
+    "Content",
+    "Outcome",
+    "Tool",
+    "ToolBox",
+    "ToolError",
+    "ToolLoadError",
+    "load_tool",
+    "tool",
+]
 
 
 class ToolLoadError(ValueError):
@@ -95,6 +104,18 @@ class Outcome:
     content: str
     is_error: bool = False
     warning: str = ""
+    #: The tool_result content as blocks (text and images) when it is more than text;
+    #: `content` is then its text, for events and the terminal.
+    blocks: tuple[dict[str, Any], ...] = ()
+
+
+@attrs.frozen
+class Content:
+    """What a tool returns when its result is more than text: Messages API content blocks
+    (`text`, `image`) for the tool_result, and their text."""
+
+    text: str
+    blocks: tuple[dict[str, Any], ...]
 
 
 _JSON_TYPES: dict[Any, str] = {
@@ -301,4 +322,6 @@ class ToolBox:
             return Outcome(str(exc), is_error=True)
         except Exception as exc:
             return Outcome(f"tool {name!r} failed: {type(exc).__name__}: {exc}", is_error=True)
+        if isinstance(value, Content):
+            return Outcome(value.text, blocks=value.blocks)
         return Outcome(_render(value))

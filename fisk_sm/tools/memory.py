@@ -1,5 +1,9 @@
 """Agent memory on disk: one file per key, and the four memory tools the model uses.
 
+The tools work on any `MemoryBackend` (async): this file store through `ThreadedMemory` (its
+file work in worker threads), or the JetStream KV store of `fisk_sm.tools.memory_kv`. Both keep
+the same entry format, key rule and limits (`check_key`, `render_entry`, `parse_entry`).
+
 `<directory>/<key>.md` (0600, in a 0700 directory) holds exactly
 
     ---
@@ -18,26 +22,24 @@ Symlinks are never followed: list skips them and read opens with `O_NOFOLLOW`.
 from __future__ import annotations
 
 import builtins
-import contextlib
 import os
 import re
 import secrets
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import attrs
 
 from fisk_sm.config.errors import one_line
 from fisk_sm.config.names import IDENTITY_RE
 from fisk_sm.journal import statedir
-from fisk_sm.tools.base import Tool, ToolError
 
 __all__ = [
     "INDEX_HEADER",
     "MAX_CONTENT_BYTES",
     "MAX_DESCRIPTION_CHARS",
     "MAX_ENTRIES",
+    "MAX_ENTRY_BYTES",
     "MAX_KEY_CHARS",
     "MEMORY_NOTE",
     "MemoryEntry",
@@ -45,19 +47,22 @@ __all__ = [
     "MemoryFullError",
     "MemoryKeyError",
     "MemoryLimitError",
+    "MemoryStaleError",
     "MemoryStore",
     "MemoryStoreError",
     "check_key",
     "default_memory_directory",
+    "format_index",
     "memory_index",
-    "memory_tools",
+    "parse_entry",
+    "render_entry",
 ]
 
 MAX_KEY_CHARS = 200
 MAX_CONTENT_BYTES = 65536
 MAX_DESCRIPTION_CHARS = 500
 MAX_ENTRIES = 1024
-_MAX_FILE_BYTES = MAX_CONTENT_BYTES + 8192  # content plus the largest frontmatter we write
+MAX_ENTRY_BYTES = MAX_CONTENT_BYTES + 8192  # content plus the largest frontmatter we write
 _KEY = re.compile(r"[A-Za-z0-9._=-]+")
 _FRONTMATTER = re.compile(rb"---\ndescription:[ \t]*([^\n]*)\n---(?:\n\n?|\Z)")
 
@@ -82,6 +87,19 @@ class MemoryFileError(MemoryStoreError):
     """A memory file that is not a regular file in the frontmatter format (or is a symlink)."""
 
 
+class MemoryStaleError(Exception):
+    """An overwrite refused because this run has not read the memory's current value: a normal
+    `{"written": false, "reason"}` result for the model, not an error."""
+
+
+def full_error(key: str) -> MemoryFullError:
+    """The refusal to create `key` in a store that already holds `MAX_ENTRIES` memories."""
+    return MemoryFullError(
+        f"cannot create memory '{key}': the store already holds {MAX_ENTRIES} memories;"
+        " delete or overwrite one"
+    )
+
+
 def _key_problem(key: str) -> str:
     """What is wrong with `key` as a memory key, or "" if nothing is."""
     if _KEY.fullmatch(key) is None:
@@ -103,7 +121,7 @@ def check_key(key: object) -> str:
     return key
 
 
-def _render(key: str, description: object, content: object) -> bytes:
+def render_entry(key: str, description: object, content: object) -> bytes:
     """The file bytes for one memory, after checking the limits (the description flattened)."""
     if not isinstance(description, str) or not isinstance(content, str):
         raise MemoryLimitError(f"memory '{key}': description and content must be strings")
@@ -118,7 +136,7 @@ def _render(key: str, description: object, content: object) -> bytes:
     return b"---\ndescription: " + flat.encode("utf-8") + b"\n---\n\n" + body
 
 
-def _parse(data: bytes) -> tuple[str, str] | None:
+def parse_entry(data: bytes) -> tuple[str, str] | None:
     """(description, content) of a memory file's bytes, or None if they are not the format."""
     match = _FRONTMATTER.match(data)
     if match is None:
@@ -143,6 +161,11 @@ class MemoryStore:
     """The memories of one identity, as `<directory>/<key>.md` files (see the module docstring)."""
 
     directory: Path = attrs.field(converter=Path)
+
+    @property
+    def location(self) -> str:
+        """Where the memories are, for people: the directory."""
+        return str(self.directory)
 
     def path(self, key: str) -> Path:
         """The file of `key` (checked)."""
@@ -170,12 +193,12 @@ class MemoryStore:
         except statedir.UnsafeFileError as exc:
             raise MemoryFileError(f"{path}: {exc.strerror}") from None
         with os.fdopen(fd, "rb") as file:
-            data = file.read(_MAX_FILE_BYTES + 1)
-        parsed = _parse(data) if len(data) <= _MAX_FILE_BYTES else None
+            data = file.read(MAX_ENTRY_BYTES + 1)
+        parsed = parse_entry(data) if len(data) <= MAX_ENTRY_BYTES else None
         if parsed is None:
             raise MemoryFileError(
                 f"{path}: not a memory file (expected '---', 'description: ...', '---', a blank"
-                f" line, then the content, at most {_MAX_FILE_BYTES} bytes)"
+                f" line, then the content, at most {MAX_ENTRY_BYTES} bytes)"
             )
         return MemoryEntry(key, *parsed)
 
@@ -185,13 +208,10 @@ class MemoryStore:
         The 1024-entry cap is checked first, before the key-exists check: a full store refuses
         even a duplicate with `MemoryFullError`.
         """
-        data = _render(check_key(key), description, content)
+        data = render_entry(check_key(key), description, content)
         self._ensure_directory()
         if len(self._keys()) >= MAX_ENTRIES:
-            raise MemoryFullError(
-                f"cannot create memory '{key}': the store already holds {MAX_ENTRIES} memories;"
-                " delete or overwrite one"
-            )
+            raise full_error(key)
         temp = self._write_temp(key, data)
         try:
             # A hard link appears complete or not at all, and fails if the name exists: the one
@@ -210,7 +230,7 @@ class MemoryStore:
         Deliberately not subject to the 1024-entry cap, even when it creates: the reference's
         file backend checks the cap only in create (its subtlety 19), and this keeps that.
         """
-        data = _render(check_key(key), description, content)
+        data = render_entry(check_key(key), description, content)
         self._ensure_directory()
         temp = self._write_temp(key, data)
         try:
@@ -277,10 +297,15 @@ MEMORY_NOTE = (
 INDEX_HEADER = "Memories stored from earlier runs (use memory_read to see one):"
 
 
-def memory_index(store: MemoryStore) -> str:
-    """The index of stored memories injected at the start of a run (an OSError propagates)."""
-    lines = "\n".join(f"- {key}: {text}" for key, text in store.list()) or "(none stored yet)"
+def format_index(entries: builtins.list[tuple[str, str]]) -> str:
+    """The index of stored memories, (key, description) pairs, as injected at a run's start."""
+    lines = "\n".join(f"- {key}: {text}" for key, text in entries) or "(none stored yet)"
     return f"{INDEX_HEADER}\n<memory-index>\n{lines}\n</memory-index>"
+
+
+def memory_index(store: MemoryStore) -> str:
+    """The index of the memories in `store` (an OSError propagates)."""
+    return format_index(store.list())
 
 
 def default_memory_directory(identity: str, env: Mapping[str, str] | None = None) -> Path:
@@ -288,94 +313,3 @@ def default_memory_directory(identity: str, env: Mapping[str, str] | None = None
     if IDENTITY_RE.fullmatch(identity) is None:
         raise ValueError(f"invalid identity {identity!r}: must match ^[a-zA-Z0-9_-]+$")
     return statedir.state_home(env) / "memory" / identity
-
-
-@contextlib.contextmanager
-def _tool_errors(action: str) -> Iterator[None]:
-    """Turn the store's refusals and I/O failures into `ToolError`s (is_error results)."""
-    try:
-        yield
-    except MemoryStoreError as exc:
-        raise ToolError(str(exc)) from None
-    except OSError as exc:
-        raise ToolError(f"cannot {action}: {one_line(str(exc))}") from None
-
-
-def _schema(properties: dict[str, Any], required: builtins.list[str]) -> dict[str, Any]:
-    schema = {"type": "object", "properties": properties, "additionalProperties": False}
-    return {**schema, "required": required} if required else schema
-
-
-_KEY_PROP = {
-    "type": "string",
-    "description": "the memory's key: letters, digits and . _ = - (at most 200 characters,"
-    " no '..', not starting or ending with '.')",
-}
-
-
-def memory_tools(store: MemoryStore) -> builtins.list[Tool]:
-    """The memory_list, memory_read, memory_write and memory_delete tools over `store`."""
-
-    def memory_list() -> dict[str, Any]:
-        with _tool_errors("list memories"):
-            entries = store.list()
-        return {"memories": [{"key": k, "description": d} for k, d in entries]}
-
-    def memory_read(key: str) -> dict[str, Any]:
-        with _tool_errors(f"read memory '{key}'"):
-            entry = store.read(key)
-        if entry is None:
-            return {"found": False, "reason": f"no memory is stored under key '{key}'"}
-        return {"found": True, **attrs.asdict(entry)}
-
-    def memory_write(
-        key: str, description: str, content: str, overwrite: bool = False
-    ) -> dict[str, Any]:
-        if not isinstance(overwrite, bool):
-            raise ToolError("memory_write: overwrite must be a boolean (true or false)")
-        with _tool_errors(f"write memory '{key}'"):
-            if overwrite:
-                store.overwrite(key, description, content)
-                return {"written": True}
-            if store.create(key, description, content):
-                return {"written": True}
-        try:
-            existing = store.read(key)
-            stored = existing.description if existing else "it was deleted just now"
-        except (MemoryStoreError, OSError):
-            stored = "its description could not be read"
-        reason = (
-            f"a memory with key '{key}' already exists ({stored}); read it, then write again"
-            " with overwrite=true to replace it"
-        )
-        return {"written": False, "reason": reason}
-
-    def memory_delete(key: str) -> dict[str, Any]:
-        with _tool_errors(f"delete memory '{key}'"):
-            return {"deleted": store.delete(key)}
-
-    key_only = _schema({"key": _KEY_PROP}, ["key"])
-    write = _schema(
-        {
-            "key": _KEY_PROP,
-            "description": {
-                "type": "string",
-                "description": "one line saying what the memory holds (shown in the index;"
-                " at most 500 characters)",
-            },
-            "content": {"type": "string", "description": "the memory itself (at most 64 KiB)"},
-            "overwrite": {
-                "type": "boolean",
-                "default": False,
-                "description": "replace an existing memory under this key; read it first",
-            },
-        },
-        ["key", "description", "content"],
-    )
-    specs: builtins.list[tuple[Callable[..., Any], str, dict[str, Any]]] = [
-        (memory_list, "List the stored memories: each key and description.", _schema({}, [])),
-        (memory_read, "Read one stored memory by key.", key_only),
-        (memory_write, "Store a memory for later runs (refused if the key exists).", write),
-        (memory_delete, "Delete the memory stored under a key.", key_only),
-    ]
-    return [Tool(fn.__name__, text, schema, fn, kind="memory") for fn, text, schema in specs]

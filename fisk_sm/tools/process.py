@@ -27,6 +27,8 @@ __all__ = [
     "TAIL_BYTES",
     "TRUNCATION_MARKER",
     "WAIT_DELAY",
+    "child_env",
+    "kill_group",
     "run_command",
 ]
 
@@ -78,9 +80,11 @@ _Spawned = tuple[asyncio.SubprocessTransport, _Capture]
 _ABANDONED: set[asyncio.Task[None]] = set()
 
 
-def _child_env(
+def child_env(
     work_dir: Path, env: Mapping[str, str] | None, pass_env: Collection[str]
 ) -> dict[str, str]:
+    """The environment of a program fisk-sm starts (an exec tool, an MCP server): secrets
+    stripped unless listed in `pass_env` (never `ANTHROPIC_*`), `PWD`, `LLMFORMAT=1`."""
     base = os.environ if env is None else env
     child = {
         name: value
@@ -99,7 +103,8 @@ def _work_dir(work_dir: Path | None) -> Path:
     return cwd
 
 
-def _killpg(pid: int) -> None:
+def kill_group(pid: int) -> None:
+    """SIGKILL the process group that `pid` leads (what it left behind included)."""
     # The group outlives its reaped leader while any member lives (and its id stays taken
     # meanwhile); an empty group is ProcessLookupError.
     with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -108,7 +113,7 @@ def _killpg(pid: int) -> None:
 
 async def _kill_group(transport: asyncio.SubprocessTransport, capture: _Capture) -> None:
     """SIGKILL the whole process group and reap its leader (the pipe is closed by the caller)."""
-    _killpg(transport.get_pid())
+    kill_group(transport.get_pid())
     await asyncio.wait({capture.exited}, timeout=5)
 
 
@@ -177,7 +182,7 @@ async def run_command(
     command = shlex.join(argv)
     cwd = _work_dir(work_dir)
     try:
-        transport, capture = await _spawn(argv, cwd, _child_env(cwd, env, pass_env))
+        transport, capture = await _spawn(argv, cwd, child_env(cwd, env, pass_env))
     except (OSError, ValueError) as exc:
         reason = getattr(exc, "strerror", None) or str(exc)
         raise ToolError(f"cannot start {argv[0]!r}: {reason}") from None
@@ -186,7 +191,7 @@ async def run_command(
             await asyncio.wait({capture.exited})
             # Whatever the program left behind goes with it, so that nothing lingers or holds
             # the pipe; what it wrote is still in the pipe, read up to the end of output.
-            _killpg(transport.get_pid())
+            kill_group(transport.get_pid())
             await asyncio.wait({capture.closed}, timeout=WAIT_DELAY)
     except TimeoutError:
         await _kill_group(transport, capture)

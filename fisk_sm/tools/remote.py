@@ -38,13 +38,16 @@ from nats.errors import Error as NatsError
 from nats.errors import NoRespondersError
 
 from fisk_sm.config.agent import AgentConfig
+from fisk_sm.config.errors import one_line
 from fisk_sm.config.names import IDENTITY_RE, SUBJECT_RE, TOOL_NAME_RE
 from fisk_sm.tools.base import Tool, ToolBox, ToolError, ToolLoadError
+from fisk_sm.tools.foreign import Offered, local_names
 
 __all__ = [
     "RemoteError",
     "RemoteSpec",
     "ToolHost",
+    "connect_nats",
     "connect_remote_tools",
     "import_remote_tools",
     "serve_tools",
@@ -169,26 +172,11 @@ def _caller(nc: Client, offer: _Offer, name: str, timeout: float) -> Callable[..
 
 def _local_names(offers: Sequence[_Offer], taken: Collection[str]) -> list[str]:
     """The name each offer is registered under; RemoteError if two would still collide."""
-    hosts_offering = Counter(o.name for o in offers)
-    names = [
-        f"{o.spec.alias}_{o.name}" if o.name in taken or hosts_offering[o.name] > 1 else o.name
+    offered = [
+        Offered(o.spec.alias, o.name, f"tool {o.name!r} of remote tool host {o.spec.label}")
         for o in offers
     ]
-    claimed: dict[str, _Offer] = {}
-    for offer, name in zip(offers, names, strict=True):
-        source = f"tool {offer.name!r} of remote tool host {offer.spec.label}"
-        if not TOOL_NAME_RE.fullmatch(name):
-            raise RemoteError(f"{source} would be named {name!r}, longer than 64 characters")
-        if name in taken:
-            raise RemoteError(f"{source} would be named {name!r}, which a local tool has")
-        if name in claimed:
-            other = claimed[name]
-            raise RemoteError(
-                f"{source} would be named {name!r}, like tool {other.name!r} of remote tool"
-                f" host {other.spec.label}"
-            )
-        claimed[name] = offer
-    return names
+    return local_names(offered, taken, RemoteError)
 
 
 async def import_remote_tools(
@@ -232,6 +220,29 @@ async def _quiet(error: Exception) -> None:
     """nats-py prints a traceback for every failed attempt unless given an error callback."""
 
 
+async def connect_nats(url: str, **options: Any) -> Client:
+    """A connection to the NATS server at `url` that fails fast and quietly: by default no
+    reconnects (a caller's next request then fails at once) and no tracebacks printed by
+    nats-py; `options` (nats-py's `connect` keywords) override that.
+
+    Raises ConnectionError with one line naming `url` if the server cannot be reached.
+    """
+    import nats
+
+    settings: dict[str, Any] = {
+        "connect_timeout": 2,
+        "allow_reconnect": False,
+        "max_reconnect_attempts": 1,  # nats-py: 0 would mean "retry forever"
+        "reconnect_time_wait": 0.2,
+        "error_cb": _quiet,
+    }
+    try:
+        return await nats.connect(url, **{**settings, **options})
+    except (OSError, NatsError, TimeoutError) as exc:
+        reason = one_line(exc) or type(exc).__name__
+        raise ConnectionError(f"cannot reach the NATS server at {url}: {reason}") from None
+
+
 async def connect_remote_tools(
     config: AgentConfig, taken: Collection[str]
 ) -> tuple[list[Tool], Callable[[], Coroutine[Any, Any, None]]]:
@@ -240,22 +251,10 @@ async def connect_remote_tools(
     Returns the tools and a coroutine function that closes the connection; the connection must
     stay open while the run uses the tools. Any failure is a one-line `RemoteError`.
     """
-    import nats
-
-    url = config.nats.url
     try:
-        nc = await nats.connect(
-            url,
-            connect_timeout=2,
-            allow_reconnect=False,
-            max_reconnect_attempts=1,  # nats-py: 0 would mean "retry forever"
-            reconnect_time_wait=0.2,
-            error_cb=_quiet,
-        )
-    except (OSError, NatsError, TimeoutError) as exc:
-        raise RemoteError(
-            f"cannot reach the NATS server at {url}: {exc or type(exc).__name__}"
-        ) from None
+        nc = await connect_nats(config.nats.url)
+    except ConnectionError as exc:
+        raise RemoteError(str(exc)) from None
     specs = [RemoteSpec(host.alias, host.subject) for host in config.remote_tools]
     try:
         tools = await import_remote_tools(
@@ -283,8 +282,15 @@ class ToolHost:
         self._calls.add(task)
         task.add_done_callback(self._calls.discard)
 
-    async def stop(self) -> None:
-        """Stop answering, then cancel the calls still running; the connection stays open.
+    @property
+    def calls(self) -> int:
+        """How many calls are being answered right now."""
+        return len(self._calls)
+
+    async def stop(self, grace: float = 0.0) -> int:
+        """Stop answering, give the calls still running `grace` seconds to finish and answer,
+        then cancel the rest; the connection stays open. Returns how many were cancelled (a
+        sync tool's worker thread goes on running: only its answer is dropped).
 
         Once this returns the server no longer routes the host's subjects to it: a request
         finds no responders (unless another host serves them).
@@ -296,9 +302,13 @@ class ToolHost:
         with contextlib.suppress(NatsError):
             await settle(self.nc)
         calls = list(self._calls)
-        for task in calls:
+        if calls and grace > 0:
+            await asyncio.wait(calls, timeout=grace)
+        unfinished = [task for task in calls if not task.done()]
+        for task in unfinished:
             task.cancel()
         await asyncio.gather(*calls, return_exceptions=True)
+        return len(unfinished)
 
     async def __aenter__(self) -> ToolHost:
         return self

@@ -1,0 +1,153 @@
+"""Parked approvals in a JetStream KV bucket, so that any supervisor can answer them.
+
+The key is `<run_id>.<tool_use_id>`; the value is the API's `Approval` JSON plus `"answer"`
+(null while pending, then `once`, `always` or `deny`). The run's owner puts the question in the
+bucket when the run parks (`SharedDesk.ask`) and keeps waiting at its own desk, holding no slot;
+whichever supervisor's API takes the answer writes it into the key with a compare-and-swap
+(`answer`), so two operators answering at once get one answer, the first. Every supervisor
+watches the bucket: the owner sees the answer and hands it to its waiting run, which deletes the
+key once its answer is journaled. Nobody waiting for it (the owner died, or a shutdown suspended
+the parked run) changes nothing: the answer stays in the bucket, and the supervisor that resumes
+the run (a takeover, or the one that answered, which takes the parked run's lease) finds it
+there when the run asks again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Callable
+from typing import Any
+
+from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.kv import KeyValue
+
+from fisk_sm.operator.prompter import Approval
+from fisk_sm.supervisor.desk import ANSWERS, ApprovalDesk, PendingApproval
+from fisk_sm.supervisor.supervisor import Conflict
+
+__all__ = ["AlreadyAnswered", "SharedDesk", "approval_key"]
+
+NAMES = {value: name for name, value in ANSWERS.items()}
+
+
+class AlreadyAnswered(Conflict):
+    """The approval was answered already (by another operator, or another supervisor's)."""
+
+
+def approval_key(run_id: str, tool_use_id: str) -> str:
+    """The bucket key of one approval."""
+    return f"{run_id}.{tool_use_id}"
+
+
+class SharedDesk(ApprovalDesk):
+    """The approval desk of one supervisor of several: the questions are in `kv` too."""
+
+    def __init__(
+        self, kv: KeyValue, owner: str, on_change: Callable[[str], None] = lambda r: None
+    ) -> None:
+        super().__init__(on_change)
+        self.kv = kv
+        self.owner = owner
+        #: Every approval in the bucket (all supervisors'), by key: the watcher's mirror.
+        self.shared: dict[str, dict[str, Any]] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._watcher: Any = None
+        self._ready = asyncio.Event()
+        self._cleanups: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        """Start following the bucket; returns once its current content is mirrored."""
+        self._watcher = await self.kv.watchall()
+        self._task = asyncio.ensure_future(self._follow())
+        await self._ready.wait()
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        if self._watcher is not None:
+            with contextlib.suppress(Exception):
+                await self._watcher.stop()
+
+    async def _follow(self) -> None:
+        async for entry in self._watcher:
+            if entry is None:
+                self._ready.set()
+                continue
+            if entry.operation:
+                self.shared.pop(entry.key, None)
+                continue
+            try:
+                value = json.loads(entry.value or b"")
+            except ValueError:
+                continue
+            if not isinstance(value, dict):
+                continue
+            self.shared[entry.key] = value
+            approval = ANSWERS.get(str(value.get("answer")))
+            if approval is not None:  # relay to our run, if it waits here
+                ApprovalDesk.answer(
+                    self, str(value.get("run_id")), str(value.get("tool_use_id")), approval
+                )
+
+    def pending_shared(self) -> list[dict[str, Any]]:
+        """Every unanswered approval of every supervisor, as the API's `Approval` JSON."""
+        found = [v for v in self.shared.values() if v.get("answer") is None]
+        return [{k: v[k] for k in ("run_id", "tool_use_id", "tool", "input", "tag")} for v in found]
+
+    async def ask(self, request: PendingApproval) -> Approval:
+        """An answer left in the bucket is used at once; otherwise the question goes there
+        and the run waits at this desk."""
+        key = approval_key(request.run_id, request.tool_use_id)
+        try:
+            entry = await self.kv.get(key)
+            stored = json.loads(entry.value or b"")
+        except (KeyNotFoundError, ValueError):
+            stored = None
+        answer = ANSWERS.get(str(stored.get("answer"))) if isinstance(stored, dict) else None
+        if answer is not None:
+            self.answer_ahead(request.run_id, request.tool_use_id, answer)
+        else:
+            value = {**request.to_json(), "owner": self.owner, "answer": None}
+            await self.kv.put(key, json.dumps(value).encode())
+        return await super().ask(request)
+
+    def drop(self, run_id: str) -> None:
+        """The run ended: remove its approvals from the bucket (in the background)."""
+        keys = [k for k, v in self.shared.items() if v.get("run_id") == run_id]
+        if keys:
+            task = asyncio.ensure_future(self._delete(keys))
+            self._cleanups.add(task)
+            task.add_done_callback(self._cleanups.discard)
+
+    async def _delete(self, keys: list[str]) -> None:
+        for key in keys:
+            with contextlib.suppress(Exception):
+                await self.kv.delete(key)
+
+    async def answer_shared(self, run_id: str, tool_use_id: str, approval: Approval) -> bool:
+        """Answer in the bucket (any supervisor's run); False if there is no such question,
+        `AlreadyAnswered` if it has its answer."""
+        key = approval_key(run_id, tool_use_id)
+        try:
+            entry = await self.kv.get(key)
+        except KeyNotFoundError:
+            return False
+        try:
+            value = json.loads(entry.value or b"")
+        except ValueError:
+            return False
+        if not isinstance(value, dict):
+            return False
+        if value.get("answer") is not None:
+            raise AlreadyAnswered(f"run {run_id}: approval {tool_use_id!r} has its answer")
+        value["answer"] = NAMES[approval]
+        try:
+            await self.kv.update(key, json.dumps(value).encode(), last=entry.revision)
+        except KeyWrongLastSequenceError:
+            raise AlreadyAnswered(f"run {run_id}: approval {tool_use_id!r} was answered") from None
+        ApprovalDesk.answer(self, run_id, tool_use_id, approval)  # ours: no need to wait
+        return True

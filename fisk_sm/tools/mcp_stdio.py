@@ -1,0 +1,146 @@
+"""An MCP server over stdio, as a process the run owns.
+
+The program runs as an argv (no shell) in the work dir, with the exec tools' scrubbed
+environment (`fisk_sm.tools.process`: no credentials but `pass_env`), in its own process group.
+Messages are newline-delimited JSON-RPC on its stdin and stdout, handed to the `mcp` SDK's
+`ClientSession` as its two streams; the last bytes of its stderr are kept to explain a failed
+start. When the transport closes, the server's stdin is closed (an MCP server exits on end of
+input), it gets `STOP_GRACE` seconds to do so, and then its whole process group is killed, so
+nothing it started outlives the run. If the run's process dies without closing it, the end of
+input still reaches the server.
+
+The SDK's own `stdio_client` does not give out the process, and kills the group only if the
+server outstays its grace; owning the group is why this module exists.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+from collections.abc import AsyncIterator, Collection, Sequence
+from pathlib import Path
+
+import anyio
+import attrs
+import mcp.types
+from anyio.abc import Process
+from mcp.client._transport import TransportStreams
+from mcp.shared.message import SessionMessage
+
+from fisk_sm.tools.process import child_env, kill_group
+
+__all__ = ["STOP_GRACE", "ServerProcess", "stdio_transport"]
+
+#: Seconds a server has to exit once its stdin is closed, before its group is killed.
+STOP_GRACE = 2.0
+#: Bytes of the server's stderr kept for an error message.
+STDERR_TAIL = 2000
+_POLL = 0.02
+#: Pipe failures that only mean the other end is gone.
+_GONE = (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, OSError)
+
+
+@attrs.define(eq=False)
+class ServerProcess:
+    """The running server: its pid (also its process group's id) and its stderr's last bytes."""
+
+    pid: int
+    stderr: bytearray = attrs.field(factory=bytearray)
+
+    def last_words(self) -> str:
+        """The last line the server wrote to stderr (empty if none)."""
+        lines = bytes(self.stderr).decode("utf-8", errors="replace").strip().splitlines()
+        return lines[-1].strip() if lines else ""
+
+
+def _message(line: bytes) -> SessionMessage | Exception:
+    try:
+        return SessionMessage(mcp.types.jsonrpc_message_adapter.validate_json(line))
+    except ValueError as exc:  # handed to the session, which reports it
+        return exc
+
+
+async def _exited(process: Process, seconds: float) -> bool:
+    """Whether the process exited within `seconds`. The return code is polled: waiting would
+    also wait for its pipes, which a child left in the group may still hold."""
+    with anyio.move_on_after(seconds):
+        while process.returncode is None:  # noqa: ASYNC110 - nothing to wait on but the code
+            await anyio.sleep(_POLL)
+    return process.returncode is not None
+
+
+async def _stop(process: Process) -> None:
+    """Close stdin, give the server its grace, then kill its whole group and reap it."""
+    assert process.stdin is not None
+    with contextlib.suppress(*_GONE):
+        await process.stdin.aclose()
+    await _exited(process, STOP_GRACE)
+    kill_group(process.pid)  # what it left behind in its group, and itself if it is still there
+    await _exited(process, STOP_GRACE)
+
+
+@contextlib.asynccontextmanager
+async def stdio_transport(
+    argv: Sequence[str], *, work_dir: Path, pass_env: Collection[str]
+) -> AsyncIterator[tuple[TransportStreams, ServerProcess]]:
+    """Start the server; yield the session's streams and the process. Raises OSError if the
+    program cannot be started. Enter and leave it in one task (it holds a task group)."""
+    cwd = work_dir
+    with anyio.CancelScope(shield=True):  # a started server is never left unowned
+        process = await anyio.open_process(
+            list(argv),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=cwd,
+            env=child_env(cwd, None, pass_env),
+            start_new_session=True,
+        )
+    server = ServerProcess(process.pid)
+    to_session, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    write_stream, from_session = anyio.create_memory_object_stream[SessionMessage](0)
+
+    async def read_stdout() -> None:
+        assert process.stdout is not None
+        async with to_session:
+            with contextlib.suppress(*_GONE):
+                buffer = b""
+                async for chunk in process.stdout:
+                    *lines, buffer = (buffer + chunk).split(b"\n")
+                    for line in lines:
+                        if line.strip():
+                            await to_session.send(_message(line))
+
+    async def write_stdin() -> None:
+        assert process.stdin is not None
+        async with from_session:
+            try:
+                async for message in from_session:
+                    text = message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                    await process.stdin.send(text.encode() + b"\n")
+            except _GONE:
+                await to_session.aclose()  # the session then sees the end, not a hang
+
+    async def read_stderr() -> None:
+        assert process.stderr is not None
+        with contextlib.suppress(*_GONE):
+            async for chunk in process.stderr:
+                server.stderr += chunk
+                del server.stderr[:-STDERR_TAIL]
+
+    try:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(read_stdout)
+            tasks.start_soon(write_stdin)
+            tasks.start_soon(read_stderr)
+            try:
+                yield (read_stream, write_stream), server
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await _stop(process)
+                tasks.cancel_scope.cancel()
+    finally:
+        for stream in (read_stream, write_stream, to_session, from_session):
+            stream.close()
+        with anyio.move_on_after(STOP_GRACE, shield=True):
+            await process.aclose()  # its pipes; the process is dead by now
