@@ -53,6 +53,8 @@ __all__ = ["KVMemoryStore", "MemoryBucketError", "bucket_problems"]
 
 #: How long one listing may wait for the bucket's next entry before it is an error.
 LIST_TIMEOUT = 10.0
+#: Passes of the watcher before a listing is taken as it is (see `KVMemoryStore._entries`).
+LIST_ATTEMPTS = 5
 
 
 class MemoryBucketError(MemoryStoreError):
@@ -148,18 +150,45 @@ class KVMemoryStore:
         return kv
 
     async def _entries(self, *, values: bool) -> builtins.list[tuple[str, bytes]]:
-        """(key, value) of this identity's live keys, in one pass of a KV watcher."""
+        """(key, value) of this identity's live keys, in one pass of a KV watcher.
+
+        The watcher's end-of-data marker comes from the server's pending count, which can come
+        early (seen here about once in six lists of a thousand keys), so a pass is checked
+        against the stream's count of this identity's subjects (a deleted key's marker
+        included) and repeated when it saw fewer."""
         kv = await self._bound()
         prefix = f"{self.identity}."
         found: dict[str, bytes] = {}
         with _nats_errors(f"cannot list memory bucket {self.bucket!r}"):
-            watcher = await kv.watch(f"{prefix}>", ignore_deletes=True, meta_only=not values)
-            try:
-                while (entry := await watcher.updates(LIST_TIMEOUT)) is not None:  # type: ignore[no-untyped-call]
-                    found[entry.key.removeprefix(prefix)] = entry.value or b""
-            finally:
-                await watcher.stop()  # type: ignore[no-untyped-call]
+            for _ in range(LIST_ATTEMPTS):
+                found, seen = await self._watch(kv, prefix, values)
+                if seen >= await self._subject_count(prefix):
+                    break
         return sorted(found.items())
+
+    async def _watch(self, kv: KeyValue, prefix: str, values: bool) -> tuple[dict[str, bytes], int]:
+        """One pass: the live keys' values, and how many subjects it saw (deleted ones too)."""
+        found: dict[str, bytes] = {}
+        seen: set[str] = set()
+        watcher = await kv.watch(f"{prefix}>", meta_only=not values)
+        try:
+            while (entry := await watcher.updates(LIST_TIMEOUT)) is not None:  # type: ignore[no-untyped-call]
+                key = entry.key.removeprefix(prefix)
+                seen.add(key)
+                if entry.operation in ("DEL", "PURGE"):
+                    found.pop(key, None)
+                else:
+                    found[key] = entry.value or b""
+        finally:
+            await watcher.stop()  # type: ignore[no-untyped-call]
+        return found, len(seen)
+
+    async def _subject_count(self, prefix: str) -> int:
+        """How many keys of `prefix` the bucket's stream holds (deleted markers included)."""
+        assert self._nc is not None
+        subjects = f"$KV.{self.bucket}.{prefix}>"
+        info = await self._nc.jetstream().stream_info(f"KV_{self.bucket}", subjects_filter=subjects)
+        return len(info.state.subjects or {})
 
     async def list(self) -> builtins.list[tuple[str, str]]:
         """(key, description) of every memory, sorted by key; unparsable values are skipped.
