@@ -25,6 +25,7 @@ from nats.js.kv import KeyValue
 
 from fisk_sm.operator.prompter import Approval
 from fisk_sm.supervisor.desk import ANSWERS, ApprovalDesk, PendingApproval
+from fisk_sm.supervisor.lease import stop_following
 from fisk_sm.supervisor.supervisor import Conflict
 
 __all__ = ["AlreadyAnswered", "SharedDesk", "approval_key"]
@@ -64,13 +65,8 @@ class SharedDesk(ApprovalDesk):
         await self._ready.wait()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
-        if self._watcher is not None:
-            with contextlib.suppress(Exception):
-                await self._watcher.stop()
+        """Stop following the bucket."""
+        await stop_following(self._task, self._watcher)
 
     async def _follow(self) -> None:
         async for entry in self._watcher:

@@ -42,6 +42,7 @@ __all__ = [
     "LeaseValue",
     "LeaseView",
     "Leases",
+    "stop_following",
 ]
 
 ACTIVE = ""
@@ -101,6 +102,17 @@ class Lease:
     revision: int
     value: LeaseValue
     previous: LeaseValue | None = None
+
+
+async def stop_following(task: asyncio.Task[None] | None, watcher: Any) -> None:
+    """Stop the task that follows a KV bucket, then its watcher (what the mirrors share)."""
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+    if watcher is not None:
+        with contextlib.suppress(Exception):
+            await watcher.stop()
 
 
 class Leases:
@@ -218,10 +230,5 @@ class LeaseView:
         return [k for _, k in sorted(found)]
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
-        if self._watcher is not None:
-            with contextlib.suppress(Exception):
-                await self._watcher.stop()
+        """Stop following the bucket."""
+        await stop_following(self._task, self._watcher)
