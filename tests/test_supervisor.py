@@ -297,3 +297,20 @@ async def test_the_stream_tells_a_run_ended_with_its_last_run_event(tmp_path: Pa
             assert updates[-1]["state"] == "completed" and updates[-1]["answer"] == "seen"
 
         await supervised(tmp_path, api, body)
+
+
+def test_a_second_supervisor_on_the_same_state_directory_is_refused(tmp_path: Path) -> None:
+    with FakeMessagesAPI() as api, Process(tmp_path, api) as first:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("FISK_SM_")}
+        argv = ["supervise", "-c", str(first.agent), "--listen", "127.0.0.1:0"]
+        second = subprocess.run(
+            [*CLI, *argv, "--state-dir", str(first.state)],
+            capture_output=True,
+            text=True,
+            env={**env, "ANTHROPIC_API_KEY": "test"},
+            timeout=DEADLINE,
+        )
+        assert second.returncode == 2, second.stderr
+        assert second.stderr.count("\n") == 1, second.stderr
+        assert "another fisk-sm supervise drives the runs of this state directory" in second.stderr
+        assert first.api("GET", "/api/runs")[0] == 200  # the first one is untouched

@@ -25,6 +25,7 @@ from fisk_sm.loop.harness import RunOptions
 from fisk_sm.operator.sanitize import say
 from fisk_sm.supervisor import Supervisor
 from fisk_sm.supervisor.api import build_app
+from fisk_sm.supervisor.registry import hold_directory
 from fisk_sm.supervisor.server import (
     DEFAULT_LISTEN,
     ListenError,
@@ -272,6 +273,7 @@ async def _main(
     stop = asyncio.Event()
     _on_signals(stop)
     await asyncio.to_thread(store.ensure_directory)
+    await asyncio.to_thread(hold_directory, store.directory)  # one supervisor per directory
     supervisor = Supervisor(config, store, concurrency=args.concurrency, options=options)
     resumed = await supervisor.start()
     server, serving = await serve_app(build_app(supervisor, token), sock)

@@ -14,6 +14,7 @@ A torn last line (a crash mid-append) is skipped on load.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import os
 import time
@@ -22,6 +23,7 @@ from typing import Any
 
 import attrs
 
+from fisk_sm.journal.base import JournalError
 from fisk_sm.journal.statedir import fsync_directory, make_private_directory, open_regular
 
 __all__ = ["DISPOSITIONS", "Registry", "RegistryEntry"]
@@ -50,6 +52,27 @@ class RegistryEntry:
     def resumable(self) -> bool:
         """Whether a restart resumes it (unless its journal ended or waits for an answer)."""
         return self.disposition in RESUMABLE
+
+
+class DirectoryInUse(JournalError):
+    """Another supervisor drives the runs of this state directory."""
+
+
+def hold_directory(directory: Path) -> int:
+    """Take the supervisor's lock on `directory` (`supervisor/lock`, 0600, never a planted
+    link); the descriptor holds it for the life of the process. Blocking: call it off the loop.
+    Raises `DirectoryInUse` if another `fisk-sm supervise` holds it."""
+    where = Path(directory) / "supervisor"
+    make_private_directory(where)
+    fd = open_regular(where / "lock", os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise DirectoryInUse(
+            f"{directory}: another fisk-sm supervise drives the runs of this state directory"
+        ) from None
+    return fd
 
 
 class Registry:
