@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from crashkit import Lines
+from ctlkit import start_supervise
 
 from fisk_sm.journal.jetstream import JetStreamStore
 from fisk_sm.journal.jetstream_stream import init_stream
@@ -124,21 +124,7 @@ class Member:
         env.update(ANTHROPIC_API_KEY="test", NOTE_OWNER=self.name)
         env["NOTE_SLEEP"] = str(self.tool_sleep)
         env["PYTHONPATH"] = os.pathsep.join([str(self.root), env.get("PYTHONPATH", "")])
-        self.process = subprocess.Popen(
-            self.argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-            cwd=self.root,
-        )
-        assert self.process.stderr is not None
-        self.stderr = Lines(self.process.stderr)
-        line = self.stderr.wait_for("listening on", DEADLINE)
-        found = re.search(r"listening on (http://127\.0\.0\.1:\d+)", line)
-        assert found, line
-        self.url = found.group(1)
+        self.process, self.stderr, self.url = start_supervise(self.argv, env, self.root, DEADLINE)
         return self
 
     def api(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+import nats
+import natskit
 import pytest
+from nats.aio.client import Client
 
 from fisk_sm import AgentConfig, MemoryJournal, Recorder, Run, Tool, parse_config
 from fisk_sm.loop.harness import RunOptions
@@ -48,3 +51,18 @@ def make_run(
     options = RunOptions(tools=tools or [], events=events, journal=journal, prompter=prompter)
     run = Run.create(make_config(api, **budget), "do the thing", options, run_id="test-run")
     return run, events, journal
+
+
+@pytest.fixture
+def nats_url(tmp_path: Path) -> Iterator[str]:
+    """A real loopback nats-server with JetStream, for this test (`natskit`)."""
+    with natskit.nats_server(tmp_path) as url:
+        yield url
+
+
+@pytest.fixture
+async def nc(nats_url: str) -> AsyncIterator[Client]:
+    """A connection to it (the agent's, where a test needs a second one of its own)."""
+    client = await nats.connect(nats_url)
+    yield client
+    await client.close()

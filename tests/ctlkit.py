@@ -94,6 +94,27 @@ def ctl(url: str | None, *args: str, **env: str) -> subprocess.CompletedProcess[
     )
 
 
+def start_supervise(
+    argv: list[str], env: dict[str, str], cwd: Path, deadline: float = DEADLINE
+) -> tuple[subprocess.Popen[str], Lines, str]:
+    """Start a `fisk-sm supervise` process; its stderr lines and the URL it says it listens on."""
+    process = subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=cwd,
+    )
+    assert process.stderr is not None
+    stderr = Lines(process.stderr)
+    line = stderr.wait_for("listening on", deadline)
+    found = re.search(r"listening on (http://127\.0\.0\.1:\d+)", line)
+    assert found, line
+    return process, stderr, found.group(1)
+
+
 class Supervisor:
     """`fisk-sm supervise` on a free loopback port, with the gated `deploy` tool."""
 
@@ -121,21 +142,8 @@ class Supervisor:
         if self.token:
             env["FISK_SM_TOKEN"] = self.token
         argv = [*CLI, "supervise", "-c", str(self.agent), "--listen", "127.0.0.1:0"]
-        self.process = subprocess.Popen(
-            [*argv, "--state-dir", str(self.state)],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-            cwd=self.root,
-        )
-        assert self.process.stderr is not None
-        self.stderr = Lines(self.process.stderr)
-        line = self.stderr.wait_for("listening on", DEADLINE)
-        found = re.search(r"listening on (http://127\.0\.0\.1:\d+)", line)
-        assert found, line
-        self.url = found.group(1)
+        argv += ["--state-dir", str(self.state)]
+        self.process, self.stderr, self.url = start_supervise(argv, env, self.root)
         written = (self.state / "supervisor.url").read_text().strip()
         assert written == self.url, (written, self.url)
         return self

@@ -11,12 +11,12 @@ from __future__ import annotations
 import collections
 import signal
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
+import ctlkit
 import natskit
 import pytest
 from clusterkit import (
@@ -39,13 +39,8 @@ T = TypeVar("T")
 
 
 def wait_until(probe: Callable[[], T | None], what: str, deadline: float = DEADLINE) -> T:
-    end = time.monotonic() + deadline
-    while True:
-        value = probe()
-        if value:
-            return value
-        assert time.monotonic() < end, f"timed out waiting for {what}"
-        time.sleep(0.2)
+    """`ctlkit.wait_until`, with this file's longer deadline."""
+    return ctlkit.wait_until(probe, what, deadline)
 
 
 @pytest.fixture

@@ -5,11 +5,9 @@ whole runs through the real SDK and the fake Messages API."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 from typing import Any
 
-import nats
 import natskit
 import pytest
 from nats.aio.client import Client
@@ -25,19 +23,6 @@ from fisk_sm.tools.memory_kv import KVMemoryStore
 from fisk_sm.tools.memory_tools import memory_tools
 
 BUCKET = "mem"
-
-
-@pytest.fixture
-def nats_url(tmp_path: Path) -> Iterator[str]:
-    with natskit.nats_server(tmp_path) as url:
-        yield url
-
-
-@pytest.fixture
-async def nc(nats_url: str) -> AsyncIterator[Client]:
-    client = await nats.connect(nats_url)
-    yield client
-    await client.close()
 
 
 @pytest.fixture

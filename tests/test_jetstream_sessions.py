@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -48,12 +48,6 @@ from fisk_sm.machine.path import session_path
 from fisk_sm.testing import FakeMessagesAPI, Reply
 
 STREAM, PREFIX = "RUNS", "fisk.sessions"
-
-
-@pytest.fixture
-def nats_url(tmp_path: Path) -> Iterator[str]:
-    with natskit.nats_server(tmp_path) as url:
-        yield url
 
 
 @pytest.fixture

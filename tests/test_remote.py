@@ -6,13 +6,12 @@ import asyncio
 import json
 import os
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
 import nats
-import natskit
 import pytest
 from conftest import make_run
 from nats.aio.client import Client
@@ -35,20 +34,6 @@ Answer = Callable[[str, Callable[[Msg], bytes | None]], Awaitable[None]]
 
 OPS = RemoteSpec("ops", "tools.ops")
 DB = RemoteSpec("db", "tools.db")
-
-
-@pytest.fixture
-def nats_url(tmp_path: Path) -> Iterator[str]:
-    with natskit.nats_server(tmp_path) as url:
-        yield url
-
-
-@pytest.fixture
-async def nc(nats_url: str) -> AsyncIterator[Client]:
-    """The agent's connection."""
-    client = await nats.connect(nats_url)
-    yield client
-    await client.close()
 
 
 @pytest.fixture

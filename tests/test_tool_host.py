@@ -67,12 +67,6 @@ tools:
 """
 
 
-@pytest.fixture
-def nats_url(tmp_path: Path) -> Iterator[str]:
-    with natskit.nats_server(tmp_path) as url:
-        yield url
-
-
 class Host:
     """A `fisk-sm tool-host` child process with its stderr read line by line."""
 
