@@ -31,7 +31,7 @@ import time
 from typing import Any
 
 import attrs
-from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.errors import BadRequestError, KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
 __all__ = [
@@ -54,6 +54,8 @@ FAILED = "failed"
 HOLDS = (ACTIVE, RELEASED, PARKED, OPERATOR_SUSPENDED, ABORTED, FAILED)
 #: The holds a takeover may break: a dead owner's lease, a shutdown's release.
 TAKEABLE = frozenset({ACTIVE, RELEASED})
+#: JetStream's error code for a revision check that failed.
+WRONG_LAST_SEQUENCE = 10071
 
 
 class LeaseLost(Exception):
@@ -186,8 +188,15 @@ class Leases:
 
     async def end(self, lease: Lease) -> None:
         """The run ended: remove its key (only if it is still ours)."""
-        with contextlib.suppress(KeyWrongLastSequenceError):
+        try:
             await self.kv.delete(lease.run_id, last=lease.revision)
+        except KeyWrongLastSequenceError:
+            pass
+        except BadRequestError as exc:
+            # A delete's revision check is refused as a plain 400 (10071: wrong last sequence),
+            # not as KeyWrongLastSequenceError: the key is another owner's now; leave it.
+            if exc.err_code != WRONG_LAST_SEQUENCE:
+                raise
 
 
 class LeaseView:
