@@ -66,3 +66,14 @@ async def nc(nats_url: str) -> AsyncIterator[Client]:
     client = await nats.connect(nats_url)
     yield client
     await client.close()
+
+
+#: The timeout of a test marked slow (the default, `timeout` in pyproject.toml, is for the rest).
+SLOW_TIMEOUT = 600
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Give slow tests the longer timeout, unless a test sets its own."""
+    for item in items:
+        if item.get_closest_marker("slow") and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT))

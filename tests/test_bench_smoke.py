@@ -15,6 +15,7 @@ import pytest
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 
 
+@pytest.mark.bench
 @pytest.mark.parametrize(
     ("script", "args", "figure"),
     [
