@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The runtime alone (no dev extras): what `make demo` needs.
+RUNTIME := $(VENV)/.runtime
 
 .PHONY: demo test test-fast lint bench diagrams clean
 
@@ -12,7 +14,13 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-demo: $(STAMP)
+$(RUNTIME): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e .
+	touch $(RUNTIME)
+
+demo: $(RUNTIME)
 	$(BIN)/python examples/demo.py
 
 lint: $(STAMP)

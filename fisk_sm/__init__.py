@@ -1,121 +1,147 @@
 """fisk-sm: an Anthropic tool-using agent loop as an explicit, steppable state machine.
 
-This module is the public API; everything a user imports comes from here.
+This module is the public API: the names in `__all__`, each documented in the README's "Python
+API" section. Importing it costs nothing: each name is imported the first time it is used
+(PEP 562), so `import fisk_sm` loads no third-party module and `from fisk_sm import Run, tool`
+loads the core alone, never the command line, the supervisor or the HTTP stack. Everything else
+is reached through its subpackage (`fisk_sm.events`, `fisk_sm.journal`, `fisk_sm.tools`, ...).
 """
 
 from __future__ import annotations
 
-from fisk_sm.cli.lineui import LineUI
-from fisk_sm.config.agent import (
-    AgentConfig,
-    Budget,
-    ConfigError,
-    LLMConfig,
-    load_config,
-    parse_config,
-)
-from fisk_sm.config.mcp import McpServer
-from fisk_sm.events.adapters import JsonLinesEvents, StructlogEvents
-from fisk_sm.events.types import (
-    ApprovalAsked,
-    ApprovalDenied,
-    ApprovalGranted,
-    Event,
-    Events,
-    Fanout,
-    MessageReceived,
-    Recorder,
-    RunEnded,
-    RunResumed,
-    RunStarted,
-    StateEntered,
-    ToolCalled,
-    ToolFinished,
-    WarningRaised,
-)
-from fisk_sm.journal.base import Journal, JournalError, MemoryJournal, SessionStore
-from fisk_sm.journal.filestore import FileStore
-from fisk_sm.journal.fold import fold
-from fisk_sm.journal.jetstream import JetStreamJournal, JetStreamStore
-from fisk_sm.journal.snapshot import RunData, Snapshot, Usage
-from fisk_sm.loop.actions import Inbox, InputSource
-from fisk_sm.loop.explain import Explanation
-from fisk_sm.loop.fingerprint import ResumeRefused
-from fisk_sm.loop.harness import Harness, RunOptions
-from fisk_sm.loop.replay import ReplayDiverged, ReplayModel, recorded_tools, replay
-from fisk_sm.loop.run import Run, RunFinished, SyncRun
-from fisk_sm.loop.sessions import resume_session, start_session
-from fisk_sm.machine.evaluator import GuardCheck, Step
-from fisk_sm.model.anthropic import AnthropicModel, ModelClient, ModelError, ModelRequest
-from fisk_sm.operator.prompter import Approval, Prompter, ScriptedPrompter
-from fisk_sm.supervisor import ApprovalDesk, DeskPrompter, Supervisor
-from fisk_sm.tools.base import Outcome, Tool, ToolBox, ToolError, tool
+from fisk_sm.config.lazy import exports
+
+#: `typing.TYPE_CHECKING` without importing typing (type checkers read the name as True).
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # the real imports, for type checkers and IDEs; never run
+    from fisk_sm.config.agent import AgentConfig, ConfigError, load_config, parse_config
+    from fisk_sm.events.adapters import JsonLinesEvents, StructlogEvents
+    from fisk_sm.events.types import Event, Events, Recorder
+    from fisk_sm.journal.base import MemoryJournal
+    from fisk_sm.journal.filestore import FileStore
+    from fisk_sm.journal.fold import fold
+    from fisk_sm.journal.snapshot import Snapshot
+    from fisk_sm.loop.explain import Explanation
+    from fisk_sm.loop.fingerprint import ResumeRefused
+    from fisk_sm.loop.harness import Harness, RunOptions
+    from fisk_sm.loop.replay import ReplayDiverged, replay
+    from fisk_sm.loop.run import Run
+    from fisk_sm.loop.sessions import resume_session, start_session
+    from fisk_sm.loop.sync import SyncRun
+    from fisk_sm.machine.evaluator import Step
+    from fisk_sm.operator.prompter import Approval, Prompter, ScriptedPrompter
+    from fisk_sm.supervisor.supervisor import Supervisor
+    from fisk_sm.tools.base import Tool, tool
+
+#: Where each public name lives (imported on first use).
+_EXPORTS = {
+    "AgentConfig": "fisk_sm.config.agent",
+    "ConfigError": "fisk_sm.config.agent",
+    "load_config": "fisk_sm.config.agent",
+    "parse_config": "fisk_sm.config.agent",
+    "Event": "fisk_sm.events.types",
+    "Events": "fisk_sm.events.types",
+    "Recorder": "fisk_sm.events.types",
+    "JsonLinesEvents": "fisk_sm.events.adapters",
+    "StructlogEvents": "fisk_sm.events.adapters",
+    "MemoryJournal": "fisk_sm.journal.base",
+    "FileStore": "fisk_sm.journal.filestore",
+    "fold": "fisk_sm.journal.fold",
+    "Snapshot": "fisk_sm.journal.snapshot",
+    "Explanation": "fisk_sm.loop.explain",
+    "ResumeRefused": "fisk_sm.loop.fingerprint",
+    "Harness": "fisk_sm.loop.harness",
+    "RunOptions": "fisk_sm.loop.harness",
+    "ReplayDiverged": "fisk_sm.loop.replay",
+    "replay": "fisk_sm.loop.replay",
+    "Run": "fisk_sm.loop.run",
+    "SyncRun": "fisk_sm.loop.sync",
+    "resume_session": "fisk_sm.loop.sessions",
+    "start_session": "fisk_sm.loop.sessions",
+    "Step": "fisk_sm.machine.evaluator",
+    "Approval": "fisk_sm.operator.prompter",
+    "Prompter": "fisk_sm.operator.prompter",
+    "ScriptedPrompter": "fisk_sm.operator.prompter",
+    "Supervisor": "fisk_sm.supervisor.supervisor",
+    "Tool": "fisk_sm.tools.base",
+    "tool": "fisk_sm.tools.base",
+}
+
+#: Names the package root exported before it was cut to `__all__`: where they live now, so
+#: that an old import fails with the new path instead of a bare AttributeError.
+_MOVED = {
+    **dict.fromkeys(
+        [
+            "ApprovalAsked",
+            "ApprovalDenied",
+            "ApprovalGranted",
+            "Fanout",
+            "MessageReceived",
+            "RunEnded",
+            "RunResumed",
+            "RunStarted",
+            "StateEntered",
+            "ToolCalled",
+            "ToolFinished",
+            "Usage",
+            "WarningRaised",
+        ],
+        "fisk_sm.events",
+    ),
+    **dict.fromkeys(["Budget", "LLMConfig", "McpServer"], "fisk_sm.config"),
+    **dict.fromkeys(["Journal", "JournalError", "SessionStore", "RunData"], "fisk_sm.journal"),
+    **dict.fromkeys(["JetStreamJournal", "JetStreamStore"], "fisk_sm.journal.jetstream"),
+    **dict.fromkeys(
+        ["Inbox", "InputSource", "ReplayModel", "RunFinished", "recorded_tools"], "fisk_sm.loop"
+    ),
+    "GuardCheck": "fisk_sm.machine",
+    **dict.fromkeys(
+        ["AnthropicModel", "ModelClient", "ModelError", "ModelRequest"], "fisk_sm.model"
+    ),
+    **dict.fromkeys(["Outcome", "ToolBox", "ToolError"], "fisk_sm.tools"),
+    **dict.fromkeys(["ApprovalDesk", "DeskPrompter"], "fisk_sm.supervisor"),
+    "LineUI": "fisk_sm.cli.lineui",
+}
+
+_getattr, __dir__ = exports(__name__, _EXPORTS)
+
+
+def __getattr__(name: str) -> object:
+    """A public name, imported on first use; a moved one says where it went."""
+    if name in _MOVED:
+        raise AttributeError(
+            f"fisk_sm.{name} is no longer exported by fisk_sm: import it from {_MOVED[name]}"
+        )
+    return _getattr(name)
+
 
 __all__ = [
     "AgentConfig",
-    "AnthropicModel",
     "Approval",
-    "ApprovalAsked",
-    "ApprovalDenied",
-    "ApprovalDesk",
-    "ApprovalGranted",
-    "Budget",
     "ConfigError",
-    "DeskPrompter",
     "Event",
     "Events",
     "Explanation",
-    "Fanout",
     "FileStore",
-    "GuardCheck",
     "Harness",
-    "Inbox",
-    "InputSource",
-    "JetStreamJournal",
-    "JetStreamStore",
-    "Journal",
-    "JournalError",
     "JsonLinesEvents",
-    "LLMConfig",
-    "LineUI",
-    "McpServer",
     "MemoryJournal",
-    "MessageReceived",
-    "ModelClient",
-    "ModelError",
-    "ModelRequest",
-    "Outcome",
     "Prompter",
     "Recorder",
     "ReplayDiverged",
-    "ReplayModel",
     "ResumeRefused",
     "Run",
-    "RunData",
-    "RunEnded",
-    "RunFinished",
     "RunOptions",
-    "RunResumed",
-    "RunStarted",
     "ScriptedPrompter",
-    "SessionStore",
     "Snapshot",
-    "StateEntered",
     "Step",
     "StructlogEvents",
     "Supervisor",
     "SyncRun",
     "Tool",
-    "ToolBox",
-    "ToolCalled",
-    "ToolError",
-    "ToolFinished",
-    "Usage",
-    "WarningRaised",
     "fold",
     "load_config",
     "parse_config",
-    "recorded_tools",
     "replay",
     "resume_session",
     "start_session",

@@ -2,10 +2,12 @@
 
 Playwright cannot download its own browser here, so it drives the system binary through
 `executable_path` (`.ci/run` installs the package). `browser_or_skip()` skips the test, saying
-why, when playwright or the binary is missing. `Watched` records what a page did: console
-messages, page errors, failed requests and every URL it requested, with anything off the allowed
-origin refused at once (so a page that reaches out fails the test rather than hanging on a
-network that is not there). Screenshots go to $FISK_SM_ARTIFACTS, else tests/artifacts/.
+why, when playwright or the binary is missing; with $FISK_SM_REQUIRE_CHROMIUM set (`.ci/run`
+sets it), it fails instead, so the browser tests cannot quietly skip in CI. `Watched` records
+what a page did: console messages, page errors, failed requests and every URL it requested,
+with anything off the allowed origin refused at once (so a page that reaches out fails the test
+rather than hanging on a network that is not there). Screenshots go to $FISK_SM_ARTIFACTS,
+else tests/artifacts/.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import os
 import re
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
@@ -36,15 +38,26 @@ def artifact(name: str) -> Path:
     return where / name
 
 
+REQUIRE = "FISK_SM_REQUIRE_CHROMIUM"
+
+
+def _missing(why: str) -> NoReturn:
+    """Skip the test for `why`; fail it instead when $FISK_SM_REQUIRE_CHROMIUM is set."""
+    if os.environ.get(REQUIRE):
+        pytest.fail(f"{why}, and ${REQUIRE} is set: the browser tests must run", pytrace=False)
+    pytest.skip(why)
+
+
 def browser_or_skip() -> tuple[Any, str]:
-    """Playwright's sync API module and the Chromium binary; skips the test without them."""
+    """Playwright's sync API module and the Chromium binary; skips the test without them (fails
+    it with $FISK_SM_REQUIRE_CHROMIUM set)."""
     try:
         from playwright import sync_api
     except ImportError as e:  # not installed, or installed broken: skip, and say why
-        pytest.skip(f"playwright is not importable ({e}); pip install -e '.[dev]'")
+        _missing(f"playwright is not importable ({e}); pip install -e '.[dev]'")
     path = chromium_path()
     if path is None:
-        pytest.skip("no chromium binary (apt-get install chromium, or set $FISK_SM_CHROMIUM)")
+        _missing("no chromium binary (apt-get install chromium, or set $FISK_SM_CHROMIUM)")
     return sync_api, path
 
 

@@ -39,7 +39,9 @@ EXEC = os.environ.get("FISK_CRASH_EXEC") == "1"
 #: Seconds without progress after which a command is taken for hung.
 STALL = 120.0
 _forks = multiprocessing.get_context("forkserver")
-_forks.set_forkserver_preload(["__main__", "anthropic", "fisk_sm.cli", __name__])
+# fisk_sm.cli imports a command's module only when it runs: preload the ones the trials run.
+_COMMANDS = ["fisk_sm.cli", "fisk_sm.cli.commands", "fisk_sm.cli.run"]
+_forks.set_forkserver_preload(["__main__", "anthropic", *_COMMANDS, __name__])
 _LOCK = threading.Lock()
 
 

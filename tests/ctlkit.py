@@ -64,7 +64,10 @@ def wait_until(probe: Callable[[], T | None], what: str, deadline: float = DEADL
 
 
 def http(method: str, url: str, body: Any = None, token: str | None = None) -> tuple[int, Any]:
-    """One request to the control API: (status, parsed JSON body or None)."""
+    """One request to the control API: (status, parsed JSON body or None). A POST without a
+    body sends `{}`: the API takes a POST only as JSON."""
+    if body is None and method == "POST":
+        body = {}
     headers = {"Content-Type": "application/json"} if body is not None else {}
     if token:
         headers["Authorization"] = f"Bearer {token}"
@@ -118,8 +121,15 @@ def start_supervise(
 class Supervisor:
     """`fisk-sm supervise` on a free loopback port, with the gated `deploy` tool."""
 
-    def __init__(self, root: Path, api: FakeMessagesAPI, token: str | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        api: FakeMessagesAPI,
+        token: str | None = None,
+        args: tuple[str, ...] = (),
+    ) -> None:
         self.root = root
+        self.args = args  # more `supervise` arguments
         self.state = root / "state"
         self.effects = root / "effects.txt"
         self.token = token
@@ -142,7 +152,7 @@ class Supervisor:
         if self.token:
             env["FISK_SM_TOKEN"] = self.token
         argv = [*CLI, "supervise", "-c", str(self.agent), "--listen", "127.0.0.1:0"]
-        argv += ["--state-dir", str(self.state)]
+        argv += ["--state-dir", str(self.state), *self.args]
         self.process, self.stderr, self.url = start_supervise(argv, env, self.root)
         written = (self.state / "supervisor.url").read_text().strip()
         assert written == self.url, (written, self.url)

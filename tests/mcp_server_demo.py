@@ -1,11 +1,12 @@
 """A small MCP server over stdio, written with the `mcp` SDK, for the MCP tests.
 
-    python tests/mcp_server_demo.py [--pid-file PATH] [--child] [--variant 2] [--http PORT]
+    python tests/mcp_server_demo.py [--pid-file PATH] [--child] [--variant 2] [--http PORT] [--big]
 
 `--pid-file` appends this process's pid (and, with `--child`, the pid of a `sleep` it leaves
 running in its process group) to PATH, one per line, so a test can check by PID that the run
 took both down. `--variant 2` changes the tool list (a server that changed its tools).
 `--http PORT` serves streamable HTTP on 127.0.0.1:PORT/mcp instead of stdio.
+`--big` adds `big_text` and `big_image` (results of a given size, for the output caps).
 
 Tools: `add` (text), `fail` (an `isError` result), `dot` (an image), `env` (whether a variable
 reached the server), `wait_for` (blocks until a file exists, writing `<path>.started` first).
@@ -30,7 +31,12 @@ DOT_PNG = base64.b64decode(
 )
 
 
-def build(variant: int) -> MCPServer:
+def big_text(size: int) -> str:
+    """`size` characters: `HEAD<` first, `>TAIL` last, dots between."""
+    return "HEAD<" + "." * (size - 10) + ">TAIL"
+
+
+def build(variant: int, big: bool = False) -> MCPServer:
     server = MCPServer("demo")
 
     @server.tool()
@@ -61,6 +67,18 @@ def build(variant: int) -> MCPServer:
             time.sleep(0.05)
         return f"{path} is there"
 
+    if big:
+
+        @server.tool(name="big_text")
+        def big_text_tool(size: int) -> str:
+            """A text of `size` characters (`HEAD<`, dots, `>TAIL`)."""
+            return big_text(size)
+
+        @server.tool()
+        def big_image(size: int) -> Image:
+            """A PNG-typed image of `size` bytes."""
+            return Image(data=DOT_PNG + bytes(size - len(DOT_PNG)), format="png")
+
     if variant == 2:
 
         @server.tool()
@@ -77,6 +95,7 @@ def main() -> None:
     parser.add_argument("--child", action="store_true")
     parser.add_argument("--variant", type=int, default=1)
     parser.add_argument("--http", type=int, metavar="PORT", help="serve streamable HTTP instead")
+    parser.add_argument("--big", action="store_true", help="add big_text and big_image")
     args = parser.parse_args()
     if args.pid_file:
         pids = [os.getpid()]
@@ -86,9 +105,9 @@ def main() -> None:
         with Path(args.pid_file).open("a") as out:
             out.writelines(f"{pid}\n" for pid in pids)
     if args.http is not None:
-        build(args.variant).run("streamable-http", host="127.0.0.1", port=args.http)
+        build(args.variant, args.big).run("streamable-http", host="127.0.0.1", port=args.http)
     else:
-        build(args.variant).run("stdio")
+        build(args.variant, args.big).run("stdio")
 
 
 if __name__ == "__main__":

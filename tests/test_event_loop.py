@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 from conftest import make_config
 
-from fisk_sm import AgentConfig, Fanout, JsonLinesEvents, Recorder, Run, Tool, WarningRaised, tool
+from fisk_sm import AgentConfig, JsonLinesEvents, Recorder, Run, Tool, tool
+from fisk_sm.events import Fanout, WarningRaised
 from fisk_sm.journal.decode import decode
 from fisk_sm.journal.filestore import FileJournal, FileStore
 from fisk_sm.journal.records import Assistant, ToolStarted

@@ -13,22 +13,17 @@ import pytest
 from conftest import make_config, make_run
 from structlog.testing import capture_logs
 
-from fisk_sm import (
-    Event,
+from fisk_sm import Event, JsonLinesEvents, Recorder, Run, StructlogEvents, tool
+from fisk_sm.cli.lineui import LineUI
+from fisk_sm.events import (
     Fanout,
-    JsonLinesEvents,
-    LineUI,
     MessageReceived,
-    Recorder,
-    Run,
     RunEnded,
     RunStarted,
     StateEntered,
-    StructlogEvents,
     ToolCalled,
     ToolFinished,
     Usage,
-    tool,
 )
 from fisk_sm.events.types import wants
 from fisk_sm.journal.records import Assistant

@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 
-from fisk_sm import ToolBox
 from fisk_sm.config.agent import ConfigError
 from fisk_sm.config.exec import ExecToolSpec, parse_exec_tool
 from fisk_sm.config.names import secret_env_name
+from fisk_sm.tools import ToolBox
 from fisk_sm.tools.base import ToolError
 from fisk_sm.tools.exec import build_argv, exec_tool
-from fisk_sm.tools.process import TRUNCATION_MARKER, run_command
+from fisk_sm.tools.process import run_command
 
 PY = sys.executable
 PRINT_ARGV = [PY, "-c", "import sys, json; print(json.dumps(sys.argv[1:]))"]
@@ -117,7 +117,9 @@ async def test_output_written_before_exit_is_whole_although_the_group_is_killed(
         if len(data) <= 65536:
             assert output == data and "truncated" not in result
         else:
-            assert output == data[:32768] + TRUNCATION_MARKER + data[-32768:]
+            left_out = f"{len(data) - 65536} of {len(data)} bytes left out"
+            cut = f"\n...[output truncated: {left_out}]...\n"
+            assert output == data[:32768] + cut + data[-32768:]
             assert result["truncated"] is True
         assert result["exit_code"] == 0
         assert survivors([grandchild]) == []

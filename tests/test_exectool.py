@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -13,16 +14,17 @@ from typing import Any
 
 import pytest
 
-from fisk_sm import ToolBox
 from fisk_sm.config.agent import ConfigError
 from fisk_sm.config.exec import Argument, ExecToolSpec, parse_exec_tool, placeholders
+from fisk_sm.tools import ToolBox
 from fisk_sm.tools.base import ToolError
 from fisk_sm.tools.exec import build_argv, exec_tool, input_schema
 from fisk_sm.tools.process import run_command
 
 PY = sys.executable
 PRINT_ARGV = [PY, "-c", "import sys, json; print(json.dumps(sys.argv[1:]))"]
-MARKER = "\n...[output truncated]...\n"
+#: 200 KiB of output keeps 64 KiB; the marker says how much of it was left out.
+MARKER = "\n...[output truncated: 139264 of 204800 bytes left out]...\n"
 
 
 def spec_of(**raw: Any) -> ExecToolSpec:
@@ -305,8 +307,11 @@ HERMETIC = {
 async def test_the_environment_is_scrubbed(tmp_path: Path) -> None:
     result = await run_command(["env"], timeout=None, work_dir=tmp_path, env=HERMETIC)
     lines = result["output"].splitlines()
+    # Plus the containment cookie that marks the tool's processes (fisk_sm.tools.reaper).
+    [cookie] = [line for line in lines if line.startswith("FISK_SM_COOKIE=")]
+    assert cookie.startswith(f"FISK_SM_COOKIE={os.getpid()}-")
     assert sorted(lines) == sorted(
-        [f"PATH={os.defpath}", "FISK_KEEP_ME=kept", "LLMFORMAT=1", f"PWD={tmp_path}"]
+        [f"PATH={os.defpath}", "FISK_KEEP_ME=kept", "LLMFORMAT=1", f"PWD={tmp_path}", cookie]
     )
     pwd = await run_command(
         [PY, "-c", "import os; print(os.getcwd())"], timeout=None, work_dir=tmp_path, env={}
@@ -397,15 +402,17 @@ async def test_a_cancel_landing_inside_the_spawn_kills_the_whole_process_group(
     assert wait_dead(child, grandchild) == []
 
 
-async def test_a_process_that_left_the_group_holds_the_pipe_only_for_wait_delay(
+async def test_a_process_that_escaped_holds_the_pipe_only_for_wait_delay(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The group is killed when the program exits; a child that made its own session escapes
-    # that and keeps the pipe open, so the output is cut after WAIT_DELAY.
+    # The group and the containment are killed when the program exits; without a cgroup, a
+    # child that made its own session and cleared its environment (no cookie), orphaned by then,
+    # escapes both and keeps the pipe open, so the output is cut after WAIT_DELAY.
     monkeypatch.setattr("fisk_sm.tools.process.WAIT_DELAY", 0.3)
+    monkeypatch.setenv("FISK_SM_CGROUP", "0")
     script = (
         "import subprocess\n"
-        "child = subprocess.Popen(['sleep', '300'], start_new_session=True)\n"
+        "child = subprocess.Popen(['sleep', '300'], start_new_session=True, env={})\n"
         "print(child.pid)\n"
         "print('done')\n"
     )
@@ -417,6 +424,8 @@ async def test_a_process_that_left_the_group_holds_the_pipe_only_for_wait_delay(
         assert (done, result["exit_code"]) == ("done", 0)
     finally:
         os.kill(int(pid_line), signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):  # an orphan re-parented to us (subreaper)
+            await asyncio.to_thread(os.waitpid, int(pid_line), 0)
 
 
 async def test_stdin_is_closed(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import attrs
 import pytest
 
 from fisk_sm.journal import filejournal
@@ -376,13 +377,16 @@ def test_default_directory(monkeypatch: pytest.MonkeyPatch) -> None:
     assert default_directory() == Path("/h/.local/state/fisk-sm/runs")
 
 
-def test_a_lone_surrogate_is_journaled_exactly(store: FileStore) -> None:
-    """A Python tool's str may hold a lone surrogate, which has no UTF-8 form."""
+def test_a_lone_surrogate_is_journaled_as_the_replacement_character(store: FileStore) -> None:
+    """A Python tool's str may hold a lone surrogate, which has no UTF-8 form: whatever edge
+    missed it, the journal holds U+FFFD (it used to hold a \\u escape), valid UTF-8."""
     result = {"type": "tool_result", "tool_use_id": "tu_1", "content": "a\ud800b"}
     odd = ToolResult(seq=2, tool_use_id="tu_1", result=result, is_error=False, kind="python")
     with store.create(meta()) as journal:
         journal.append_sync(odd)
-    assert store.load("abc") == [meta(), odd]
+    replaced = attrs.evolve(odd, result={**result, "content": "a\ufffdb"})
+    assert store.load("abc") == [meta(), replaced]
+    assert "a\ufffdb" in store.path("abc").read_bytes().decode("utf-8")
 
 
 async def test_async_appends_fail_like_sync_ones(

@@ -9,16 +9,9 @@ import json
 import structlog
 from conftest import make_run
 
-from fisk_sm import (
-    ApprovalAsked,
-    ApprovalDenied,
-    ApprovalGranted,
-    JsonLinesEvents,
-    Recorder,
-    StructlogEvents,
-    tool,
-)
+from fisk_sm import JsonLinesEvents, Recorder, StructlogEvents, tool
 from fisk_sm.cli.lineui import LineUI
+from fisk_sm.events import ApprovalAsked, ApprovalDenied, ApprovalGranted
 from fisk_sm.events.types import GatedCall
 from fisk_sm.operator.prompter import Approval, NoOperator, ScriptedPrompter
 from fisk_sm.testing import FakeMessagesAPI, Reply

@@ -238,12 +238,12 @@ def test_a_bug_is_an_internal_error_not_bad_input(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     """Exit 2 is for bad input; an unexpected exception says it is fisk-sm's fault and exits 70."""
-    cli_main = importlib.import_module("fisk_sm.cli.main")  # the module, not the function
+    info = importlib.import_module("fisk_sm.cli.info")  # the command's module, imported on use
 
     def broken(args: object) -> int:
         raise ValueError("a programming error\nover two lines")
 
-    monkeypatch.setitem(cli_main.COMMANDS, "info", broken)
+    monkeypatch.setattr(info, "cmd_info", broken)
     assert main(["info", "-c", str(tmp_path / "agent.yaml")]) == 70
     [line] = capsys.readouterr().err.splitlines()
     assert line == (

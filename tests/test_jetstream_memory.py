@@ -14,7 +14,8 @@ from nats.aio.client import Client
 from nats.js.api import KeyValueConfig
 from nats.js.kv import KeyValue
 
-from fisk_sm import ConfigError, Recorder, Run, WarningRaised, parse_config
+from fisk_sm import ConfigError, Recorder, Run, parse_config
+from fisk_sm.events import WarningRaised
 from fisk_sm.loop.harness import Harness, NoModel, RunOptions, memory_store
 from fisk_sm.testing import FakeMessagesAPI, Reply
 from fisk_sm.tools.base import ToolBox

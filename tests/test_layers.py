@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -42,3 +43,48 @@ def test_imports_only_point_down() -> None:
             if rank[target] > rank[layer]:
                 upward.append(f"{module.relative_to(PACKAGE)} imports fisk_sm.{target}")
     assert upward == []
+
+
+#: What no module below `testing` may import at its top level: the SDK is imported where a
+#: model client is built; the HTTP stack and the terminal UI belong to the supervisor and the
+#: command line. (tests/test_imports.py checks what importing really loads.)
+HEAVY = (
+    "anthropic",
+    "httpx",
+    "httpx2",
+    "pydantic",
+    "starlette",
+    "uvicorn",
+    "sse_starlette",
+    "prompt_toolkit",
+)
+CORE = LAYERS[: LAYERS.index("testing")]
+
+
+def module_level_imports(tree: ast.Module) -> list[str]:
+    """The modules a module imports when it is imported (not in a function, not for typing)."""
+    found: list[str] = []
+    statements = list(tree.body)
+    while statements:
+        node = statements.pop()
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.append(node.module)
+        elif isinstance(node, ast.Try):
+            statements += [*node.body, *node.orelse, *node.finalbody]
+            statements += [s for handler in node.handlers for s in handler.body]
+        elif isinstance(node, ast.If) and "TYPE_CHECKING" not in ast.unparse(node.test):
+            statements += [*node.body, *node.orelse]
+    return found
+
+
+def test_the_core_imports_no_sdk_http_stack_or_terminal_ui_at_module_level() -> None:
+    heavy = []
+    for module in sorted(PACKAGE.rglob("*.py")):
+        if module.relative_to(PACKAGE).parts[0] not in CORE:
+            continue
+        for name in module_level_imports(ast.parse(module.read_text())):
+            if name.split(".")[0] in HEAVY:
+                heavy.append(f"{module.relative_to(PACKAGE)} imports {name}")
+    assert heavy == []

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 from conftest import make_run
 
-from fisk_sm import Step, Tool, ToolFinished, Usage, WarningRaised, tool
+from fisk_sm import Step, Tool, tool
+from fisk_sm.events import ToolFinished, Usage, WarningRaised
 from fisk_sm.journal.records import Assistant, Terminal, ToolResult, ToolStarted
 from fisk_sm.machine.evaluator import GuardCheck
 from fisk_sm.testing import FakeMessagesAPI, Reply
@@ -283,7 +284,7 @@ async def test_thinking_is_sent_adaptive_with_a_larger_output_cap(api: FakeMessa
 
 
 async def test_step_after_the_end_is_refused(api: FakeMessagesAPI) -> None:
-    from fisk_sm import RunFinished
+    from fisk_sm.loop import RunFinished
 
     api.add(Reply.text("ok"))
     run, _, _ = make_run(api)

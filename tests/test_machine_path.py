@@ -16,7 +16,8 @@ import pytest
 from conftest import make_config
 from test_suspend_now import eventually
 
-from fisk_sm import MemoryJournal, Recorder, Run, StateEntered, tool
+from fisk_sm import MemoryJournal, Recorder, Run, tool
+from fisk_sm.events import StateEntered
 from fisk_sm.journal.filestore import FileStore
 from fisk_sm.journal.fold import fold
 from fisk_sm.journal.records import Assistant, Meta, Record, Terminal, ToolResult, ToolStarted

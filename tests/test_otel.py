@@ -17,7 +17,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from fisk_sm import Fanout, MemoryJournal, Recorder, Run, tool
+from fisk_sm import MemoryJournal, Recorder, Run, tool
+from fisk_sm.events import Fanout
 from fisk_sm.events.otel import CAPTURE_CONTENT_ENV, OtelEvents
 from fisk_sm.loop.harness import RunOptions
 from fisk_sm.testing import FakeMessagesAPI, Reply

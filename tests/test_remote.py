@@ -17,8 +17,9 @@ from conftest import make_run
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from fisk_sm import Tool, ToolBox, tool
+from fisk_sm import Tool, tool
 from fisk_sm.testing import FakeMessagesAPI, Reply
+from fisk_sm.tools import ToolBox
 from fisk_sm.tools.base import ToolError
 from fisk_sm.tools.remote import (
     RemoteError,

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from fisk_sm import Recorder, Run, ToolCalled, ToolFinished, WarningRaised, parse_config, tool
+from fisk_sm import Recorder, Run, parse_config, tool
+from fisk_sm.events import ToolCalled, ToolFinished, WarningRaised
 from fisk_sm.loop.harness import RunOptions
 from fisk_sm.operator.prompter import Approval, ScriptedPrompter
 from fisk_sm.testing import FakeMessagesAPI, Reply

@@ -272,7 +272,8 @@ def _request(method: str, url: str, body: Any) -> tuple[int, Any]:
     import urllib.error
     import urllib.request
 
-    request = urllib.request.Request(url, data=body, method=method)
+    headers = {"Content-Type": "application/json"}
+    request = urllib.request.Request(url, data=body, headers=headers, method=method)
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
             return response.status, json.loads(response.read())

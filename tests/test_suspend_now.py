@@ -22,7 +22,8 @@ from conftest import make_config, make_run
 from crashkit import STALL
 from test_session_cli import CLI, TOOLS, fisk
 
-from fisk_sm import Recorder, StateEntered, tool
+from fisk_sm import Recorder, tool
+from fisk_sm.events import StateEntered
 from fisk_sm.journal.filestore import FileStore
 from fisk_sm.journal.records import Record
 from fisk_sm.loop.harness import RunOptions

@@ -7,7 +7,8 @@ from typing import Literal
 
 import pytest
 
-from fisk_sm import Tool, ToolBox, tool
+from fisk_sm import Tool, tool
+from fisk_sm.tools import ToolBox
 from fisk_sm.tools.base import ToolLoadError, load_tool
 
 

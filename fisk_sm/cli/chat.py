@@ -35,6 +35,7 @@ from fisk_sm.cli.lineui import LineUI
 from fisk_sm.cli.run import EXIT_ABORTED, SIGNALS, UsageError, session_store
 from fisk_sm.config.agent import AgentConfig, load_config
 from fisk_sm.config.states import States
+from fisk_sm.config.text import UnencodableText, refuse_unencodable
 from fisk_sm.events.types import Event, MessageReceived, RunEnded, StateEntered
 from fisk_sm.journal.filestore import FileStore, check_run_id
 from fisk_sm.journal.jetstream import JetStreamStore
@@ -118,8 +119,15 @@ def _reader(stdin: TextIO) -> Reader:
 
         return prompted
 
+    # Bytes, decoded here: a line that is not UTF-8 is kept (surrogate-escaped, as
+    # prompt_toolkit keeps it) for `_typed` to refuse, where a strict decoder would end the chat.
+    binary = getattr(stdin, "buffer", None)
+
     async def plain() -> str | None:
-        line = await asyncio.to_thread(stdin.readline)
+        if binary is None:
+            line = await asyncio.to_thread(stdin.readline)
+        else:
+            line = (await asyncio.to_thread(binary.readline)).decode("utf-8", "surrogateescape")
         return line.rstrip("\n") if line else None
 
     return plain
@@ -183,11 +191,22 @@ class Chat:
         on_text = self.ui.stream if self.ui.streaming else None
         return AnthropicModel(self.config.llm, on_text=on_text)
 
+    async def _typed(self) -> str | None:
+        """The next line typed (None at the end of input); one that cannot be encoded
+        (invalid UTF-8, a lone surrogate) is refused with one line, and the prompt asks again:
+        nothing of it is sent or journaled."""
+        while True:
+            line = await self.read()
+            try:
+                return line if line is None else refuse_unencodable(line, "line")
+            except UnencodableText as exc:
+                say(f"fisk-sm: {exc}; not sent, type it again")
+
     async def _first_prompt(self) -> str | None:
         """The prompt a new session starts with (None: the user left); `/reset` has nothing
         to reset yet."""
         while True:
-            line = await self.read()
+            line = await self._typed()
             if line is None or line.strip() == "/exit":
                 return None
             if line.strip() and line.strip() != "/reset":
@@ -228,7 +247,7 @@ class Chat:
         run = self.run
         assert run is not None
         while True:
-            line = await self.read()
+            line = await self._typed()
             command = (line or "").strip()
             if line is None or command in ("/exit", "/reset"):
                 self.reset = command == "/reset"

@@ -40,7 +40,7 @@ from fisk_sm.cli.ctl_format import (
     runs_table,
     show_run,
 )
-from fisk_sm.journal.filestore import InvalidIdError, check_run_id
+from fisk_sm.journal.ids import run_id_problem
 from fisk_sm.operator.sanitize import for_terminal, sanitize, say
 
 __all__ = [
@@ -62,10 +62,9 @@ _TOOL_USE_ID = re.compile(r"[A-Za-z0-9_-]{1,256}")
 
 def _run_path(run_id: str, *rest: str) -> str:
     """`/api/runs/RUN/...`; a RUN or TOOL_USE_ID that could step out of it is bad input."""
-    try:
-        check_run_id(run_id)
-    except InvalidIdError as e:
-        raise CtlError(f"RUN: {sanitize(str(e), 200)}", 2) from None
+    problem = run_id_problem(run_id)
+    if problem is not None:
+        raise CtlError(f"RUN: {sanitize(problem, 200)}", 2)
     if rest[1:2] and not _TOOL_USE_ID.fullmatch(rest[1]):
         raise CtlError(f"TOOL_USE_ID: not a tool_use id: {sanitize(rest[1], 80)!r}", 2)
     return "/".join(["/api/runs", *(urllib.parse.quote(p, safe="") for p in (run_id, *rest))])

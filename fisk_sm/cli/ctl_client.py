@@ -2,22 +2,25 @@
 
 `Client.call` returns the body of a 2xx answer; anything else becomes a `CtlError` carrying the
 exit code it means: 69 no supervisor answered at the URL (refused, unreachable, timed out),
-77 the token was refused (401), 2 the server refused the input (400), 1 any other refusal (404
-unknown run or approval, 409 wrong state). `read_events` parses a text/event-stream as it comes.
+77 the token was refused (401, 403), 2 the server refused the input (400, 413 too large), 1 any
+other refusal (404 unknown run or approval, 409 wrong state, 421 a Host the supervisor does not
+answer under). `read_events` parses a text/event-stream as it comes.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from fisk_sm.journal.filestore import default_directory
+from fisk_sm.journal.statedir import default_directory
 from fisk_sm.operator.sanitize import sanitize
+
+if TYPE_CHECKING:  # imported on the first request: `ctl --help` never needs the HTTP client
+    import urllib.error
+    import urllib.request
 
 __all__ = [
     "DEFAULT_URL",
@@ -90,14 +93,19 @@ class Client:
     ) -> urllib.request.Request:
         headers = {"Accept": "application/json"}
         data = None
-        if body is not None:
-            data = json.dumps(body).encode()
+        if body is not None or method != "GET":  # the API takes a POST only as JSON (415)
+            data = json.dumps({} if body is None else body).encode()
             headers["Content-Type"] = "application/json"
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
+        import urllib.request
+
         return urllib.request.Request(self.url + path, data=data, headers=headers, method=method)
 
     def _open(self, request: urllib.request.Request, timeout: float | None) -> Any:
+        import urllib.error
+        import urllib.request
+
         try:
             return urllib.request.urlopen(request, timeout=timeout)
         except urllib.error.HTTPError as e:
@@ -131,7 +139,7 @@ def _refusal(error: urllib.error.HTTPError) -> CtlError:
     except (ValueError, KeyError, TypeError, OSError):
         message = str(error.reason)
     status = error.code
-    code = {400: 2, 401: EXIT_NOPERM, 403: EXIT_NOPERM}.get(status, 1)
+    code = {400: 2, 401: EXIT_NOPERM, 403: EXIT_NOPERM, 413: 2}.get(status, 1)
     return CtlError(f"the supervisor answered {status}: {sanitize(message, 300)}", code)
 
 

@@ -4,229 +4,203 @@ Bad input never shows a traceback (unless `--debug`): it prints one line naming 
 (a refused resume lists each change) and exits 2. A run exits 0 when it completed or was
 suspended, 1 when it ended otherwise, 74 when the disk failed it (the journal is intact up to its
 last record) and 130 when a second signal aborted it. Anything else is a bug in fisk-sm, not in
-the input: one line says so and the command exits 70 (`--debug` shows the traceback).
+the input: one line says so and the command exits 70 (`--debug` shows the traceback). A stdout
+whose reader has gone (`fisk-sm session ls | head -1`) ends any command quietly, exit 0, and a
+closed or broken stderr never stops one (`fisk_sm.cli.streams`).
+
+Starting costs only what the chosen command uses: this module imports the standard library
+alone, finds the command in argv first, and imports that command's module and no other one
+(`fisk-sm --help` lists the commands from the static table `COMMANDS`, importing none of them).
+`fisk-sm ctl` in particular runs on the standard library and its own modules.
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
+import importlib
 import sys
-from collections.abc import Sequence
-from pathlib import Path
+from collections.abc import Callable, Collection, Sequence
+from typing import Any, NamedTuple
 
-from fisk_sm.cli.chat import add_chat_parser, cmd_chat
-from fisk_sm.cli.ctl import add_ctl_parser, cmd_ctl
-from fisk_sm.cli.info import cmd_info
-from fisk_sm.cli.report import add_report_parser, cmd_report
-from fisk_sm.cli.run import EXIT_IO, UsageError, add_run_arguments, cmd_run
-from fisk_sm.cli.session import cmd_session, session_paths
-from fisk_sm.cli.step import HELP as STEP_HELP
-from fisk_sm.cli.step import cmd_step
-from fisk_sm.cli.supervise import add_supervise_parser, cmd_supervise
-from fisk_sm.cli.toolhost import add_tool_host_parser, cmd_tool_host
-from fisk_sm.config.agent import ConfigError
-from fisk_sm.journal.base import JournalError
-from fisk_sm.journal.filestore import JournalIOError
-from fisk_sm.loop.fingerprint import ResumeRefused
-from fisk_sm.machine.diagram import FORMATS, DiagramError, draw
-from fisk_sm.machine.table import TableError, load_table
+from fisk_sm.cli.streams import guard_standard_streams, silence_stdout, stdout_gone
 from fisk_sm.operator.sanitize import say
-from fisk_sm.testing import ScriptError, serve
-from fisk_sm.tools.base import ToolLoadError
 
-__all__ = ["main"]
+__all__ = ["COMMANDS", "Command", "build_parser", "main"]
 
 EXIT_USAGE = 2
 #: An internal error (a bug), as in sysexits.h.
 EXIT_SOFTWARE = 70
-#: What bad input raises: exit 2 with one line.
+#: The disk failed (EX_IOERR), as `fisk_sm.cli.run.EXIT_IO`.
+EXIT_IO = 74
+#: Stdout's reader left before the output ended (`| head`): a quiet success.
+EXIT_PIPE = 0
+
+
+class Command(NamedTuple):
+    """A command of `fisk-sm`: where its parser and its handler live, its line in `--help`."""
+
+    #: "module:function" adding the command's parser to the subparsers.
+    parser: str
+    #: "module:function" running the parsed command, returning the exit code.
+    handler: str
+    #: The one-line help `fisk-sm --help` shows (the same as the parser's own).
+    help: str
+
+
+_CMD = "fisk_sm.cli.commands"
+#: Every command, in the order `--help` lists them. Only the chosen one's modules are imported.
+COMMANDS: dict[str, Command] = {
+    "run": Command(
+        f"{_CMD}:add_run_parser", "fisk_sm.cli.run:cmd_run", "run an agent to its final answer"
+    ),
+    "step": Command(
+        f"{_CMD}:add_step_parser",
+        "fisk_sm.cli.step:cmd_step",
+        "step a run interactively, a transition at a time",
+    ),
+    "session": Command(
+        f"{_CMD}:add_session_parser",
+        "fisk_sm.cli.session:cmd_session",
+        "list, show, remove or fork checkpointed sessions",
+    ),
+    "info": Command(
+        f"{_CMD}:add_info_parser",
+        "fisk_sm.cli.info:cmd_info",
+        "describe an agent: model, tools (kind, tags, gated), backends",
+    ),
+    "diagram": Command(
+        f"{_CMD}:add_diagram_parser",
+        f"{_CMD}:cmd_diagram",
+        "draw the loop's state machine, or the path a session took through it",
+    ),
+    "chat": Command(
+        "fisk_sm.cli.chat:add_chat_parser",
+        "fisk_sm.cli.chat:cmd_chat",
+        "chat with an agent: follow-up prompts in one conversation",
+    ),
+    "report": Command(
+        "fisk_sm.cli.report:add_report_parser",
+        "fisk_sm.cli.report:cmd_report",
+        "write a self-contained HTML report of a session",
+    ),
+    "supervise": Command(
+        "fisk_sm.cli.supervise:add_supervise_parser",
+        "fisk_sm.cli.supervise:cmd_supervise",
+        "drive many checkpointed runs, with an HTTP control API and a dashboard",
+    ),
+    "ctl": Command(
+        "fisk_sm.cli.ctl:add_ctl_parser",
+        "fisk_sm.cli.ctl:cmd_ctl",
+        "control a running supervisor (submit, ls, show, approve, events, ...)",
+    ),
+    "tool-host": Command(
+        "fisk_sm.cli.toolhost:add_tool_host_parser",
+        "fisk_sm.cli.toolhost:cmd_tool_host",
+        "serve the tools of a YAML file to remote agents over NATS",
+    ),
+    "fake-api": Command(
+        f"{_CMD}:add_fake_api_parser",
+        f"{_CMD}:cmd_fake_api",
+        "serve a scripted fake Messages API on loopback",
+    ),
+}
+
+#: Commands that run no state machine and start on the bare standard library (a client): they
+#: skip the logging set-up in `main`.
+NO_MACHINE = frozenset({"ctl"})
+
+#: What bad input raises, as (module, class): exit 2 with one line. A class is looked up only
+#: in a module already imported (a module never imported raised nothing), so that mapping an
+#: error imports nothing the command did not.
 BAD_INPUT = (
-    ConfigError,
-    JournalError,
-    ResumeRefused,
-    ToolLoadError,
-    ScriptError,
-    TableError,
-    DiagramError,
-    UsageError,
+    ("fisk_sm.config.errors", "ConfigError"),
+    ("fisk_sm.journal.base", "JournalError"),
+    ("fisk_sm.loop.fingerprint", "ResumeRefused"),
+    ("fisk_sm.tools.base", "ToolLoadError"),
+    ("fisk_sm.testing.script", "ScriptError"),
+    ("fisk_sm.machine.table", "TableError"),
+    ("fisk_sm.machine.diagram", "DiagramError"),
+    ("fisk_sm.cli.run", "UsageError"),
 )
+#: What the disk raises (besides OSError): exit 74.
+IO_ERRORS = (("fisk_sm.journal.filejournal", "JournalIOError"),)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser, with help for every command."""
+def _load(where: str) -> Callable[..., Any]:
+    """The function "module:function" names, importing its module."""
+    module, _, name = where.partition(":")
+    function: Callable[..., Any] = getattr(importlib.import_module(module), name)
+    return function
+
+
+def _raised(exc: BaseException, classes: Sequence[tuple[str, str]]) -> bool:
+    """Whether `exc` is an instance of one of `classes` ((module, class) pairs)."""
+    for module, name in classes:
+        loaded = sys.modules.get(module)
+        if loaded is not None and isinstance(exc, getattr(loaded, name)):
+            return True
+    return False
+
+
+def build_parser(load: Collection[str] | None = None) -> argparse.ArgumentParser:
+    """The argument parser: the full parser of each command in `load` (all when None), and for
+    the others a line in the command list, without importing their modules."""
     parser = argparse.ArgumentParser(
         prog="fisk-sm",
         description="Run an Anthropic tool-using agent loop as an explicit state machine.",
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    run = sub.add_parser(
-        "run",
-        help="run an agent to its final answer",
-        description="Run the agent in agent.yaml on PROMPT. The final answer alone goes to"
-        " stdout; tool calls, warnings and the summary go to stderr.",
-    )
-    add_run_arguments(run)
-    run.add_argument("--trace", action="store_true", help="show every state entered on stderr")
-    run.add_argument(
-        "--events", type=Path, metavar="FILE", help="also write every event as JSON Lines to FILE"
-    )
-
-    step = sub.add_parser(
-        "step",
-        help="step a run interactively, a transition at a time",
-        description="Build the run as `run` does (a new run, --checkpoint, --resume ID, ...) and"
-        " step it: each stop shows the conversation's tail and what the next step will do.",
-        epilog="commands:\n" + STEP_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    add_run_arguments(step)
-
-    session = sub.add_parser(
-        "session",
-        help="list, show, remove or fork checkpointed sessions",
-        description="Work with checkpointed sessions: those of the file backend under"
-        " --state-dir; else of the backend -c agent.yaml configures (its sessions directory, or"
-        " its JetStream stream); else of $XDG_STATE_HOME/fisk-sm/runs.",
-    )
-    where = argparse.ArgumentParser(add_help=False)
-    where.add_argument("--state-dir", type=Path, help="the sessions directory")
-    where.add_argument(
-        "-c", "--config", type=Path, help="use the sessions backend agent.yaml configures"
-    )
-    ssub = session.add_subparsers(dest="session_command", required=True, metavar="ACTION")
-    ls = ssub.add_parser("ls", parents=[where], help="list sessions, newest first")
-    ls.add_argument("--json", action="store_true", help="as JSON")
-    show = ssub.add_parser("show", parents=[where], help="show one session")
-    show.add_argument("id")
-    show.add_argument("--transcript", action="store_true", help="also the conversation")
-    rm = ssub.add_parser("rm", parents=[where], help="delete a session")
-    rm.add_argument("id")
-    fork = ssub.add_parser(
-        "fork",
-        parents=[where],
-        help="copy the first SEQ records of a session into a new one",
-        description="Time travel: a new session NEW whose journal is the first SEQ records of"
-        " ID; resume it with `fisk-sm run --resume NEW`.",
-    )
-    fork.add_argument("id")
-    fork.add_argument("--at", type=int, required=True, metavar="SEQ", help="records to keep")
-    fork.add_argument("--name", required=True, metavar="NEW", help="the new session id")
-    ssub.add_parser(
-        "init-stream",
-        parents=[where],
-        help="create the JetStream stream that sessions.backend jetstream names (-c agent.yaml)",
-    )
-
-    info = sub.add_parser(
-        "info",
-        help="describe an agent: model, tools (kind, tags, gated), backends",
-        description="Describe agent.yaml without calling the model: the model section, the"
-        " tools offered (name, kind, description, tags, gated or not) and the session and"
-        " memory backends.",
-    )
-    info.add_argument("-c", "--config", required=True, type=Path, help="the agent.yaml")
-
-    diagram = sub.add_parser(
-        "diagram",
-        help="draw the loop's state machine, or the path a session took through it",
-        description="Render states/agent_loop.yaml as a diagram (to stdout unless -o). With"
-        " --session, draw the path that session took, derived from its journal: visited states"
-        " filled, each fired exit with how often it fired, the current or final state marked;"
-        " --compare adds a second session (counts A/B, states only one visited coloured).",
-    )
-    diagram.add_argument("--format", choices=FORMATS, default="mermaid", help="default: mermaid")
-    diagram.add_argument("-o", "--output", type=Path, help="write to this file")
-    diagram.add_argument("--session", metavar="ID", help="draw this session's path")
-    diagram.add_argument("--compare", metavar="ID2", help="with --session: and this one's")
-    diagram.add_argument("--state-dir", type=Path, help="the sessions directory")
-    diagram.add_argument("-c", "--config", type=Path, help="take the directory from agent.yaml")
-    add_chat_parser(sub)
-    add_report_parser(sub)
-    add_supervise_parser(sub)
-    add_ctl_parser(sub)
-    add_tool_host_parser(sub)
-
-    fake = sub.add_parser(
-        "fake-api",
-        help="serve a scripted fake Messages API on loopback",
-        description="Serve scripted replies (a YAML or JSON list, or a mapping of replies:"
-        " and conversations:) as the Anthropic Messages API on 127.0.0.1, for offline demos"
-        " and tests. Point llm.base_url at it.",
-    )
-    fake.add_argument(
-        "--script",
-        required=True,
-        help="the reply script (YAML or JSON: a list, or replies: and conversations:)",
-    )
-    fake.add_argument("--port", type=int, default=0, help="port (default: any free port)")
-    fake.add_argument("--host", default="127.0.0.1", help="loopback address (default 127.0.0.1)")
+    for name, command in COMMANDS.items():
+        if load is None or name in load:
+            _load(command.parser)(sub)
+        else:
+            sub.add_parser(name, help=command.help, add_help=False)
     return parser
 
 
-def cmd_diagram(args: argparse.Namespace) -> int:
-    """`fisk-sm diagram [--session ID [--compare ID2]]`."""
-    if args.compare and not args.session:
-        raise UsageError("--compare needs --session")
-    ids = [i for i in (args.session, args.compare) if i]
-    paths = session_paths(args.state_dir, args.config, ids) if ids else []
-    data = draw(load_table(), args.format, paths)
-    if args.output:
-        args.output.write_bytes(data)
-    elif args.format == "png":
-        sys.stdout.flush()
-        sys.stdout.buffer.write(data)
-    else:
-        sys.stdout.write(data.decode("utf-8"))
-    return 0
-
-
-def cmd_fake_api(args: argparse.Namespace) -> int:
-    """`fisk-sm fake-api`."""
-    return serve(args.script, host=args.host, port=args.port)
-
-
-COMMANDS = {
-    "run": cmd_run,
-    "chat": cmd_chat,
-    "session": cmd_session,
-    "step": cmd_step,
-    "info": cmd_info,
-    "diagram": cmd_diagram,
-    "report": cmd_report,
-    "fake-api": cmd_fake_api,
-    "supervise": cmd_supervise,
-    "ctl": cmd_ctl,
-    "tool-host": cmd_tool_host,
-}
+def chosen(argv: Sequence[str]) -> str | None:
+    """The command `argv` names (its first argument that is not an option), if it is one."""
+    for arg in argv:
+        if arg == "--":
+            return None
+        if not arg.startswith("-"):
+            return arg if arg in COMMANDS else None
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `fisk-sm` console script."""
-    # The application may set logging (the library never does): `transitions` reports every
-    # transition at INFO, which would drown the line UI under a verbose root logger.
-    logging.getLogger("transitions").setLevel(logging.WARNING)
-    args = build_parser().parse_args(argv)
+    guard_standard_streams()  # before anything can write, open a file or take a signal
+    argv = sys.argv[1:] if argv is None else list(argv)
+    name = chosen(argv)
+    args = build_parser({name} if name else ()).parse_args(argv)
+    if args.command not in NO_MACHINE:
+        import logging
+
+        # The application may set logging (the library never does): `transitions` reports every
+        # transition at INFO, which would drown the line UI under a verbose root logger.
+        logging.getLogger("transitions").setLevel(logging.WARNING)
     try:
-        return COMMANDS[args.command](args)
+        code = int(_load(COMMANDS[args.command].handler)(args))
+        sys.stdout.flush()  # here, where a reader that left is told from a failing disk
+        return code
     except KeyboardInterrupt:
         say("fisk-sm: interrupted")
         return 130
-    except (JournalIOError, OSError) as exc:  # the disk, not the input: a code of its own
+    except Exception as exc:
+        if isinstance(exc, BrokenPipeError) and stdout_gone():
+            silence_stdout()  # `| head`: the reader has had enough; no error, as `ctl` does
+            return EXIT_PIPE
         if args.debug:
             raise
-        say(f"fisk-sm: {exc}")
-        return EXIT_IO
-    except BAD_INPUT as exc:
-        if args.debug:
-            raise
-        say(f"fisk-sm: {exc}")
-        return EXIT_USAGE
-    except Exception as exc:  # a bug: say so, never as if the input were bad
-        if args.debug:
-            raise
+        if isinstance(exc, OSError) or _raised(exc, IO_ERRORS):  # the disk, not the input
+            say(f"fisk-sm: {exc}")
+            return EXIT_IO
+        if _raised(exc, BAD_INPUT):
+            say(f"fisk-sm: {exc}")
+            return EXIT_USAGE
+        # A bug: say so, never as if the input were bad.
         say(f"fisk-sm: internal error: {type(exc).__name__}: {exc} (--debug shows the traceback)")
         return EXIT_SOFTWARE
 

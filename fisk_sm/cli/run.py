@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, TextIO
 from fisk_sm.cli.lineui import LineUI
 from fisk_sm.config.agent import AgentConfig, load_config
 from fisk_sm.config.states import States
+from fisk_sm.config.text import UnencodableText, refuse_unencodable
 from fisk_sm.events.adapters import JsonLinesEvents
 from fisk_sm.events.linewriter import shared_line_writer
 from fisk_sm.events.types import Events, Fanout
@@ -140,6 +141,10 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
 def check_flags(args: argparse.Namespace) -> None:
     """Refuse flags that do not go together (`UsageError`)."""
     _check_replay_flags(args)
+    try:  # argv that is not UTF-8 arrives surrogate-escaped: refused, never sent or journaled
+        refuse_unencodable(" ".join(args.prompt), "prompt")
+    except UnencodableText as exc:
+        raise UsageError(str(exc)) from None
     if args.resume and args.prompt:
         raise UsageError("--resume continues a session; it takes no prompt")
     if args.resume and args.checkpoint:

@@ -12,7 +12,7 @@ import asyncio
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from fisk_sm.cli.lineui import transcript_lines
@@ -24,7 +24,7 @@ from fisk_sm.journal.jetstream_stream import init_stream
 from fisk_sm.journal.parsing import fold_journal
 from fisk_sm.journal.records import Assistant, Record, Terminal, ToolResult, ToolStarted
 from fisk_sm.journal.snapshot import tool_uses
-from fisk_sm.machine.path import SessionPath, session_path
+from fisk_sm.machine.path import PathError, SessionPath, session_path
 from fisk_sm.operator.sanitize import sanitize, say, strip_control
 
 __all__ = ["cmd_session", "record_line", "session_paths", "session_records", "shown_status"]
@@ -33,38 +33,60 @@ __all__ = ["cmd_session", "record_line", "session_paths", "session_records", "sh
 Store = FileStore | JetStreamStore
 
 
-async def _load(store: Store, run_id: str) -> list[Record]:
+async def _load(store: Store, run_id: str) -> tuple[Path, list[Record]]:
+    """The journal of `run_id` and how errors name it; one that does not fold is refused here,
+    naming its file, so that what reads it next (a report, a path) has a readable session."""
     if isinstance(store, JetStreamStore):
-        return await store.load_async(run_id)
-    return await asyncio.to_thread(store.load, run_id)
+        label, records = store.label(run_id), await store.load_async(run_id)
+    else:
+        label, records = store.path(run_id), await asyncio.to_thread(store.load, run_id)
+    fold_journal(label, records)
+    return label, records
 
 
-async def _stream_records(config: AgentConfig, ids: Sequence[str]) -> list[list[Record]]:
+async def _stream_records(
+    config: AgentConfig, ids: Sequence[str]
+) -> list[tuple[Path, list[Record]]]:
     async with session_store(None, config) as store:
         return [await _load(store, run_id) for run_id in ids]
 
 
-def _records(state_dir: Path | None, path: Path | None, ids: Sequence[str]) -> list[list[Record]]:
-    """The journals `ids` from the store `--state-dir`, else `-c agent.yaml`, names (a file
-    store is read on this thread: the caller may be on an event loop)."""
+def _records(
+    state_dir: Path | None, path: Path | None, ids: Sequence[str]
+) -> list[tuple[Path, list[Record]]]:
+    """The journals `ids` from the store `--state-dir`, else `-c agent.yaml`, names, each with
+    its label (a file store is read on this thread: the caller may be on an event loop)."""
     config = load_config(path) if path else None
     if config is not None and uses_jetstream(state_dir, config):
         return asyncio.run(_stream_records(config, ids))
     store = store_for(state_dir, config)
-    return [store.load(run_id) for run_id in ids]
+    found = []
+    for run_id in ids:
+        label, records = store.path(run_id), store.load(run_id)
+        fold_journal(label, records)
+        found.append((label, records))
+    return found
 
 
 def session_records(state_dir: Path | None, config: Path | None, run_id: str) -> list[Record]:
     """The journal of session `run_id`, read without locking it from the store that
-    `--state-dir`, else `-c agent.yaml`, else the default names."""
-    return _records(state_dir, config, [run_id])[0]
+    `--state-dir`, else `-c agent.yaml`, else the default names; refused (naming the file)
+    unless it folds."""
+    return _records(state_dir, config, [run_id])[0][1]
 
 
 def session_paths(
     state_dir: Path | None, config: Path | None, ids: Sequence[str]
 ) -> list[SessionPath]:
-    """The paths of sessions `ids`, derived from their journals in that store."""
-    return [session_path(records) for records in _records(state_dir, config, ids)]
+    """The paths of sessions `ids`, derived from their journals in that store; a journal that
+    is not a path through the machine is refused in one line naming its file."""
+    paths = []
+    for label, records in _records(state_dir, config, ids):
+        try:
+            paths.append(session_path(records))
+        except PathError as exc:
+            raise PathError(f"{label}: {exc}") from None
+    return paths
 
 
 def record_line(record: Record) -> str:
@@ -121,14 +143,15 @@ async def _session(args: argparse.Namespace, config: AgentConfig | None) -> int:
 
 async def _jetstream_command(args: argparse.Namespace, store: JetStreamStore) -> int:
     if args.session_command == "ls":
-        return _list(args, await store.list_async())
+        return _list(args, await store.list_async(), store.label)
     if args.session_command == "show":
         return _show(args, store.label(args.id), await store.load_async(args.id))
     if args.session_command == "rm":
-        await store.load_async(args.id)  # a missing session is an error, as with files
+        await store.snapshot_async(args.id)  # a missing or damaged session is an error
         await store.delete_async(args.id)
         say(f"removed {args.id}")
         return 0
+    await store.snapshot_async(args.id)
     await store.fork_async(args.id, args.at, args.name)
     say(f"forked {args.id} at seq {args.at} as {args.name}")
     return 0
@@ -136,19 +159,31 @@ async def _jetstream_command(args: argparse.Namespace, store: JetStreamStore) ->
 
 def _file_command(args: argparse.Namespace, store: FileStore) -> int:
     if args.session_command == "ls":
-        return _list(args, store.list())
+        return _list(args, store.list(), lambda run_id: store.directory / f"{run_id}.json")
     if args.session_command == "show":
         return _show(args, store.path(args.id), store.load(args.id))
+    # `rm` and `fork` act only on a session that `ls` lists as good: a damaged one (a planted
+    # FIFO or directory, a foreign file, a journal that does not fold) is named, never removed
+    # or copied; the error line says which file to look at.
     if args.session_command == "rm":
+        store.snapshot(args.id)
         store.delete(args.id)
         say(f"removed {args.id}")
         return 0
+    store.snapshot(args.id)
     store.fork(args.id, args.at, args.name)
     say(f"forked {args.id} at seq {args.at} as {args.name}")
     return 0
 
 
-def _list(args: argparse.Namespace, sessions: list[SessionInfo]) -> int:
+def _list(
+    args: argparse.Namespace, sessions: list[SessionInfo], label: Callable[[str], Path]
+) -> int:
+    """The table (or JSON) on stdout; each damaged session is also named on stderr, one line
+    each, so that a script sees which file to look at while the listing goes on (exit 0)."""
+    for s in sessions:
+        if s.problem:
+            say(f"fisk-sm: {label(s.run_id)}: {s.problem}")
     out = sys.stdout
     if args.json:
         rows = [

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import os
 import re
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from fisk_sm.cli.run import SIGNALS, UsageError, store_for, telemetry_export
 from fisk_sm.config.agent import AgentConfig, load_config
@@ -24,15 +26,18 @@ from fisk_sm.journal.filestore import FileStore
 from fisk_sm.loop.harness import RunOptions
 from fisk_sm.operator.sanitize import say
 from fisk_sm.supervisor import Supervisor
-from fisk_sm.supervisor.api import build_app
+from fisk_sm.supervisor.api import ControlApp, build_app
+from fisk_sm.supervisor.confine import ConfigDirs
 from fisk_sm.supervisor.registry import hold_directory
 from fisk_sm.supervisor.server import (
     DEFAULT_LISTEN,
     ListenError,
     bind,
     check_token_rule,
+    parse_allow_host,
     parse_listen,
     serve_app,
+    served_hosts,
     url_of,
     write_url,
 )
@@ -60,7 +65,11 @@ The control API (JSON, OpenAPI at /openapi.json, live dashboard at /) listens on
 "fisk-sm supervise: listening on URL" and written to STATE_DIR/supervisor.url. A non-loopback
 address requires a token (--token-file, or $FISK_SM_TOKEN); with a token, every request needs
 "Authorization: Bearer TOKEN" (or ?token= for the dashboard and the event stream) and gets 401
-without it.
+without it. The API answers only under the names it listens on (the --listen address and port;
+localhost, 127.0.0.1 and [::1] too on loopback) and those --allow-host adds (a DNS name, a proxy):
+any other Host header gets 421, against DNS rebinding. It refuses a POST from another origin
+(403) and one that is not application/json (415). A run's config (POST /api/runs "config") must
+be a file in the directory of agent.yaml or of a --config-dir.
 
 Gated tools park their run at the approval desk (status "parked") until an operator answers
 once, always or deny through the API; a parked run survives a restart.
@@ -111,6 +120,22 @@ def add_supervise_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser
         type=Path,
         metavar="FILE",
         help=f"the API token, read from FILE (default: ${TOKEN_ENV}, if set)",
+    )
+    parser.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="HOST[:PORT]",
+        help="also answer requests for HOST (a DNS name, a proxy's address; default port: the"
+        " listening one); repeatable",
+    )
+    parser.add_argument(
+        "--config-dir",
+        action="append",
+        default=[],
+        type=Path,
+        metavar="DIR",
+        help="also allow submitted runs to use the agent.yaml files in DIR; repeatable",
     )
     parser.add_argument(
         "--otel",
@@ -166,21 +191,34 @@ def cmd_supervise(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     settings = _cluster_settings(args, config)
     store = store_for(args.state_dir, config)
+    dirs = _config_dirs(args, config)
     try:
         sock = bind(host, port)
+        bound = sock.getsockname()[1]
+        extra = {form for text in args.allow_host for form in parse_allow_host(text, bound)}
     except ListenError as exc:
         raise UsageError(str(exc)) from None
+    app = functools.partial(
+        build_app, token=token, hosts=served_hosts(sock, host, extra), config_dirs=dirs
+    )
     export = telemetry_export(config, flag=args.otel)  # one adapter for every run
     options = None if export is None else RunOptions(events=export.events)
     try:
         if settings is not None:
-            return asyncio.run(_main_cluster(args, config, settings, sock, token, options))
-        return asyncio.run(_main(args, config, store, sock, token, options))
+            return asyncio.run(_main_cluster(args, config, settings, sock, app, options))
+        return asyncio.run(_main(args, config, store, sock, app, options))
     finally:
         for signum in SIGNALS:
             signal.signal(signum, signal.SIG_IGN)
         if export is not None:
             export.shutdown()  # the runs are over: export the spans still queued
+
+
+def _config_dirs(args: argparse.Namespace, config: AgentConfig) -> ConfigDirs:
+    for directory in args.config_dir:
+        if not directory.is_dir():
+            raise UsageError(f"--config-dir: {directory} is not a directory")
+    return ConfigDirs.of(config.path, args.config_dir)
 
 
 def _cluster_settings(args: argparse.Namespace, config: AgentConfig) -> ClusterSettings | None:
@@ -221,8 +259,8 @@ def _on_signals(stop: asyncio.Event) -> None:
         nonlocal signals
         signals += 1
         if signals == 1:
+            stop.set()  # first: whatever becomes of the line below, the runs are suspended
             say("fisk-sm supervise: suspending every run (signal again to abort)")
-            stop.set()
         else:
             say("fisk-sm supervise: aborted; every completed step is in the journals")
             sys.stderr.flush()
@@ -237,7 +275,7 @@ async def _main_cluster(
     config: AgentConfig,
     settings: ClusterSettings,
     sock: socket.socket,
-    token: str | None,
+    app: Callable[[Any], ControlApp],
     options: RunOptions | None = None,
 ) -> int:
     from fisk_sm.journal.base import JournalError
@@ -247,7 +285,7 @@ async def _main_cluster(
     _on_signals(stop)
     try:
         async with cluster(config, settings, options) as supervisor:
-            server, serving = await serve_app(build_app(supervisor, token), sock)
+            server, serving = await serve_app(app(supervisor), sock)
             url = url_of(sock)
             if args.state_dir is not None:
                 await asyncio.to_thread(write_url, args.state_dir / "supervisor.url", url)
@@ -267,7 +305,7 @@ async def _main(
     config: AgentConfig,
     store: FileStore,
     sock: socket.socket,
-    token: str | None,
+    app: Callable[[Any], ControlApp],
     options: RunOptions | None = None,
 ) -> int:
     stop = asyncio.Event()
@@ -276,7 +314,7 @@ async def _main(
     await asyncio.to_thread(hold_directory, store.directory)  # one supervisor per directory
     supervisor = Supervisor(config, store, concurrency=args.concurrency, options=options)
     resumed = await supervisor.start()
-    server, serving = await serve_app(build_app(supervisor, token), sock)
+    server, serving = await serve_app(app(supervisor), sock)
     url = url_of(sock)
     await asyncio.to_thread(write_url, store.directory / "supervisor.url", url)
     say(f"fisk-sm supervise: listening on {url}")

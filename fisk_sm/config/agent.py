@@ -23,6 +23,7 @@ from cattrs.gen import make_dict_structure_fn, override
 from fisk_sm.config.errors import ConfigError, check, parse_duration, show
 from fisk_sm.config.exec import ExecToolSpec, parse_exec_tool
 from fisk_sm.config.harness import HarnessConfig, NatsConfig, RemoteHost
+from fisk_sm.config.limits import byte_limit_problem, parse_timeout
 from fisk_sm.config.mcp import McpServer, check_mcp_servers, structure_argv
 from fisk_sm.config.names import CRASH_POLICIES, IDENTITY_RE, check_base_url
 from fisk_sm.config.telemetry import TelemetryConfig
@@ -70,6 +71,7 @@ _check_tool_ref = check(
 _check_crash_policy = check(
     lambda v: None if v in CRASH_POLICIES else f"must be one of {CRASH_POLICIES}, got {show(v)}"
 )
+_check_byte_limit = check(lambda v: None if v is None else byte_limit_problem(v))
 _check_identity = check(
     lambda v: None if IDENTITY_RE.fullmatch(v) else f"must match [a-zA-Z0-9_-]+, got {show(v)}"
 )
@@ -125,6 +127,16 @@ class ToolSpec:
     python: str = attrs.field(validator=_check_tool_ref)
     crash_policy: str = attrs.field(default="retry", validator=_check_crash_policy)
     tags: tuple[str, ...] = ()
+    #: The call's limits (`fisk_sm.config.limits`); None keeps the function's `@tool` ones,
+    #: else the defaults: no timeout, 64 KiB of text, 5 MiB of base64 per image.
+    timeout: float | None = None
+    max_output: int | None = attrs.field(default=None, validator=_check_byte_limit)
+    max_image: int | None = attrs.field(default=None, validator=_check_byte_limit)
+
+    @property
+    def limits(self) -> dict[str, Any]:
+        """The limits given here, for `load_tool`."""
+        return {"timeout": self.timeout, "max_output": self.max_output, "max_image": self.max_image}
 
 
 @attrs.frozen
@@ -190,6 +202,13 @@ def _structure_duration(value: object, _t: object) -> float:
     raise _Problem(f"invalid duration {show(value)}")
 
 
+def _structure_timeout(value: object, _t: object) -> float:
+    try:
+        return parse_timeout(value)
+    except ValueError as exc:
+        raise _Problem(str(exc)) from None
+
+
 def _make_converter() -> cattrs.Converter:
     conv = cattrs.Converter(forbid_extra_keys=True)
     for kind, what in ((int, "an integer"), (str, "a string"), (bool, "a boolean")):
@@ -197,6 +216,8 @@ def _make_converter() -> cattrs.Converter:
     overrides: dict[type, dict[str, Any]] = {
         Budget: {"call_timeout": override(struct_hook=_structure_duration)},
         AgentConfig: {"path": override(omit=True)},
+        ToolSpec: {"timeout": override(struct_hook=_structure_timeout)},
+        RemoteHost: {"timeout": override(struct_hook=_structure_timeout)},
         McpServer: {
             "command": override(struct_hook=structure_argv),
             "timeout": override(struct_hook=_structure_duration),

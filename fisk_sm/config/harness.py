@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import attrs
 
 from fisk_sm.config.errors import ConfigError, check, show
+from fisk_sm.config.limits import MAX_OUTPUT, byte_limit_problem, timeout_problem
 from fisk_sm.config.names import IDENTITY_RE, SUBJECT_RE
 
 __all__ = [
@@ -199,6 +200,10 @@ class RemoteHost:
             )
         )
     )
+    #: Seconds a call may wait for the host's reply; None: the run's `call_timeout`.
+    timeout: float | None = attrs.field(default=None, validator=check(timeout_problem))
+    #: Bytes of text a call's result keeps (its head and tail; `fisk_sm.config.limits`).
+    max_output: int = attrs.field(default=MAX_OUTPUT, validator=check(byte_limit_problem))
 
 
 @attrs.frozen

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import attrs
 
 from fisk_sm.config.errors import ConfigError, check, show
+from fisk_sm.config.limits import MAX_IMAGE, MAX_OUTPUT, byte_limit_problem
 from fisk_sm.config.names import CRASH_POLICIES, IDENTITY_RE, check_base_url, pass_env_problem
 
 __all__ = ["McpServer", "check_mcp_servers", "structure_argv"]
@@ -75,6 +76,10 @@ class McpServer:
     timeout: float = attrs.field(
         default=60.0, validator=check(lambda v: None if v > 0 else "must be positive")
     )
+    #: Bytes of text a call's result keeps (its head and tail; `fisk_sm.config.limits`).
+    max_output: int = attrs.field(default=MAX_OUTPUT, validator=check(byte_limit_problem))
+    #: Bytes of base64 an image may have; a result with a bigger one is an is_error.
+    max_image: int = attrs.field(default=MAX_IMAGE, validator=check(byte_limit_problem))
 
     def __attrs_post_init__(self) -> None:
         if bool(self.command) == (self.url is not None):

@@ -8,6 +8,7 @@ from typing import Any
 
 import attrs
 
+from fisk_sm.config.text import scrub_json
 from fisk_sm.events.usage import Usage
 from fisk_sm.journal.records import (
     _TAGS,
@@ -42,11 +43,14 @@ else:
 def _loads(line: str | bytes) -> Any:
     """`json.loads`, through msgspec when it can (it reads every value as the stdlib does,
     integers beyond 64 bits included); anything it refuses (NaN, 1e400, the escape of a lone
-    surrogate, bad JSON) is parsed, or refused with its usual message, by the stdlib."""
+    surrogate, bad JSON) is parsed, or refused with its usual message, by the stdlib.
+
+    A lone surrogate escape (an older build journaled a Python tool's that way, or a hand edit)
+    is read as U+FFFD, so that a resume never sends the model text that cannot be encoded."""
     try:
         return _fast_loads(line)
     except ValueError:  # msgspec.DecodeError is one
-        return json.loads(line)
+        return scrub_json(json.loads(line))
 
 
 def _mapping(value: Any) -> dict[str, Any]:
@@ -207,6 +211,8 @@ def decode(line: str | bytes) -> Record:
         data = _loads(line)
     except ValueError as exc:
         raise ValueError(f"malformed record: not JSON ({exc})") from None
+    except RecursionError:  # both parsers give up on arrays nested ~1,000 deep
+        raise ValueError("malformed record: not JSON (nested too deeply)") from None
     if not isinstance(data, dict):
         raise ValueError("malformed record: not a JSON object")
     tag = data.pop("type", None)

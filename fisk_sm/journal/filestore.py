@@ -18,9 +18,8 @@ import builtins
 import contextlib
 import fcntl
 import os
-import re
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
@@ -29,34 +28,34 @@ import attrs
 from fisk_sm.config.errors import one_line
 from fisk_sm.journal.base import JournalError
 from fisk_sm.journal.filejournal import FileJournal, JournalIOError
+from fisk_sm.journal.ids import run_id_problem
 from fisk_sm.journal.parsing import CorruptJournalError, fold_journal, parse_journal, read_all
-from fisk_sm.journal.records import Meta, Record, Terminal
+from fisk_sm.journal.records import Meta, Record
 from fisk_sm.journal.snapshot import Snapshot
 from fisk_sm.journal.statedir import (
     UnsafeFileError,
+    default_directory,
     fsync_directory,
     make_private_directory,
     open_regular,
-    state_home,
 )
 
 __all__ = [
     "CorruptJournalError",
     "FileJournal",
     "FileStore",
+    "ForkRangeError",
     "InvalidIdError",
     "JournalIOError",
     "SessionExistsError",
     "SessionInfo",
     "SessionLockedError",
     "SessionNotFoundError",
+    "check_fork_at",
     "check_run_id",
     "default_directory",
     "fold_journal",
 ]
-
-_ID = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_-]*")
-_MAX_ID = 128
 
 
 class InvalidIdError(JournalError):
@@ -75,19 +74,24 @@ class SessionLockedError(JournalError):
     """The session's lock is held (another run owns it)."""
 
 
+class ForkRangeError(JournalError, ValueError):
+    """A fork at a seq the session does not have (bad input: one line, exit 2)."""
+
+
+def check_fork_at(run_id: str, at_seq: int, records: builtins.list[Record]) -> None:
+    """Raise `ForkRangeError` unless `at_seq` is a seq of `records` (the session `run_id`)."""
+    if not 1 <= at_seq <= len(records):
+        raise ForkRangeError(
+            f"fork of session '{run_id}' at seq {at_seq}: must be between 1 and {len(records)}"
+        )
+
+
 def check_run_id(run_id: str) -> str:
     """Return `run_id` if it is a valid session id, else raise `InvalidIdError`."""
-    if len(run_id) > _MAX_ID or _ID.fullmatch(run_id) is None:
-        raise InvalidIdError(
-            f"invalid session id {run_id[: _MAX_ID + 8]!r}: must match "
-            f"^[a-zA-Z0-9][a-zA-Z0-9_-]*$ and be at most {_MAX_ID} characters"
-        )
+    problem = run_id_problem(run_id)
+    if problem is not None:
+        raise InvalidIdError(problem)
     return run_id
-
-
-def default_directory(env: Mapping[str, str] | None = None) -> Path:
-    """`$XDG_STATE_HOME/fisk-sm/runs` if set and absolute, else `~/.local/state/fisk-sm/runs`."""
-    return state_home(env) / "runs"
 
 
 @attrs.frozen
@@ -301,10 +305,7 @@ class FileStore:
         """Create session `new_id` from the first `at_seq` records of `run_id`."""
         check_run_id(new_id)
         records = self.load(run_id)
-        if not 1 <= at_seq <= len(records):
-            raise ValueError(
-                f"fork of session '{run_id}' at seq {at_seq}: must be between 1 and {len(records)}"
-            )
+        check_fork_at(run_id, at_seq, records)
         meta = records[0]
         assert isinstance(meta, Meta)  # parse_journal guarantees it
         with self.create(attrs.evolve(meta, run_id=new_id)) as journal:
@@ -335,14 +336,13 @@ class FileStore:
             updated = 0.0
         try:
             records = self.load(path.stem)
+            snap = fold_journal(path, records)  # a row shown as good is one `show` can read
         except (OSError, JournalError) as exc:  # an invalid id, a planted file, corrupt
             reason = one_line(exc).removeprefix(f"{path}: ")
             return SessionInfo(path.stem, "", "damaged", updated, "", 0, reason)
-        meta = records[0]
-        assert isinstance(meta, Meta)  # parse_journal guarantees it
-        ends = [r.reason for r in records if isinstance(r, Terminal)]
-        model = str(meta.fingerprint.get("model", ""))
-        status = ends[-1] if ends else "open"
+        model = str(snap.fingerprint.get("model", ""))
         live = self.lock_held(path.stem)
-        owner = "live" if live else "gone" if status == "open" else ""
-        return SessionInfo(path.stem, model, status, updated, meta.prompt, len(records), "", owner)
+        owner = "live" if live else "gone" if snap.status == "open" else ""
+        return SessionInfo(
+            path.stem, model, snap.status, updated, snap.prompt, len(records), "", owner
+        )

@@ -39,6 +39,7 @@ from fisk_sm.journal.filestore import (
     SessionInfo,
     SessionLockedError,
     SessionNotFoundError,
+    check_fork_at,
     check_run_id,
 )
 from fisk_sm.journal.jetstream_stream import (
@@ -199,10 +200,7 @@ class JetStreamStore:
         """Create session `new_id` from the first `at_seq` records of `run_id`."""
         check_run_id(new_id)
         records = await self.load_async(run_id)
-        if not 1 <= at_seq <= len(records):
-            raise ValueError(
-                f"fork of session '{run_id}' at seq {at_seq}: must be between 1 and {len(records)}"
-            )
+        check_fork_at(run_id, at_seq, records)
         meta = records[0]
         assert isinstance(meta, Meta)  # parse_journal guarantees it
         journal = await self.create_async(attrs.evolve(meta, run_id=new_id))

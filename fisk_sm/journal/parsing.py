@@ -3,7 +3,11 @@
 Only the text after the last newline can be a torn write, because the newline is the last byte
 of every append; it is left out (and `FileStore.open` cuts it). A complete line that does not
 decode, a seq out of step or a misplaced meta is corruption, and so is a journal of another
-format version, which is refused before anything reads or cuts it.
+format version, which is refused before anything reads or cuts it. Whatever bytes a journal
+holds, reading it either gives records every reader can use (`fisk_sm.journal.shape`) or raises
+`CorruptJournalError` naming the file: never an IndexError, a KeyError or a RecursionError. A
+journal with no complete line parses to no records (a torn meta is cut like any torn line); its
+fold refuses it, as it refuses any journal that does not start with a meta record.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from fisk_sm.journal.base import JournalError
 from fisk_sm.journal.decode import decode
 from fisk_sm.journal.fold import FoldError, fold
 from fisk_sm.journal.records import FORMAT_VERSION, Meta, Record
+from fisk_sm.journal.shape import check_depth, check_shape
 from fisk_sm.journal.snapshot import Snapshot
 
 __all__ = ["CorruptJournalError", "fold_journal", "parse_journal", "read_all"]
@@ -39,8 +44,10 @@ def parse_journal(path: Path, data: bytes) -> tuple[list[Record], int]:
     end = 0
     for number, line in enumerate(lines, start=1):
         try:
+            check_depth(line)
             record = decode(line)
-        except ValueError as exc:
+            check_shape(record)
+        except (ValueError, RecursionError) as exc:
             # Only text after the last newline can be a torn write (the newline is the last
             # byte written); a complete line that does not decode is corruption, or a record
             # of a newer format that must not be thrown away.
@@ -58,8 +65,9 @@ def parse_journal(path: Path, data: bytes) -> tuple[list[Record], int]:
 def _check_version(path: Path, first: bytes) -> None:
     """Refuse a journal of another format version before anything else reads (or cuts) it."""
     try:
+        check_depth(first)
         version = json.loads(first).get("version")
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         return  # not a meta line at all: decoding reports it
     if isinstance(version, int) and version != FORMAT_VERSION:
         raise CorruptJournalError(
@@ -74,6 +82,10 @@ def fold_journal(path: Path, records: list[Record]) -> Snapshot:
         return fold(records)
     except FoldError as exc:
         raise CorruptJournalError(f"{path}: {exc}") from None
+    except (LookupError, TypeError, AttributeError, ValueError) as exc:
+        # records that `parse_journal` did not check (built in code, or read by another
+        # version): still one line naming the file, never a crash of the command
+        raise CorruptJournalError(f"{path}: cannot fold: {type(exc).__name__}: {exc}") from None
 
 
 def read_all(fd: int) -> bytes:

@@ -22,6 +22,7 @@ import cattrs
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 from cattrs.strategies import configure_tagged_union
 
+from fisk_sm.config.text import scrub_json
 from fisk_sm.events.usage import Usage
 
 __all__ = [
@@ -253,7 +254,7 @@ def encode(record: Record) -> str:
         try:
             line.encode()
         except UnicodeEncodeError:
-            # A lone surrogate (a Python tool's str may hold one) has no UTF-8 form; as a \u
-            # escape it is written, and read back, exactly.
-            return json.dumps(data, separators=(",", ":"))
+            # A lone surrogate has no UTF-8 form. The edges replace it before it gets here
+            # (fisk_sm.config.text); this is the last guard: never journaled, always U+FFFD.
+            return json.dumps(scrub_json(data), separators=(",", ":"), ensure_ascii=False)
     return line

@@ -17,6 +17,7 @@ from pathlib import Path
 
 __all__ = [
     "UnsafeFileError",
+    "default_directory",
     "fsync_directory",
     "make_private_directory",
     "open_regular",
@@ -45,6 +46,11 @@ def state_home(env: Mapping[str, str] | None = None) -> Path:
         return Path(xdg) / "fisk-sm"
     home = Path(env["HOME"]) if env.get("HOME") else Path.home()
     return home / ".local" / "state" / "fisk-sm"
+
+
+def default_directory(env: Mapping[str, str] | None = None) -> Path:
+    """`$XDG_STATE_HOME/fisk-sm/runs` if set and absolute, else `~/.local/state/fisk-sm/runs`."""
+    return state_home(env) / "runs"
 
 
 def make_private_directory(directory: Path) -> None:
@@ -85,6 +91,9 @@ def open_regular(path: Path, flags: int, mode: int = 0o600) -> int:
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.EMLINK):
             raise _refuse(path, exc) from None
+        if exc.errno == errno.EISDIR:  # opened for writing: refused before the fstat below
+            what = f"{_KINDS[stat.S_IFDIR]}, not a regular file; refusing it"
+            raise UnsafeFileError(errno.EISDIR, what, str(path)) from None
         raise
     kind = stat.S_IFMT(os.fstat(fd).st_mode)
     if kind != stat.S_IFREG:

@@ -68,7 +68,9 @@ def configured_tools(config: AgentConfig) -> list[Tool]:
     for index, spec in enumerate(config.tools):
         if isinstance(spec, ToolSpec):
             try:
-                loaded = load_tool(spec.python, config.base_dir, spec.crash_policy, spec.tags)
+                loaded = load_tool(
+                    spec.python, config.base_dir, spec.crash_policy, spec.tags, spec.limits
+                )
             except ToolLoadError as exc:
                 source = str(config.path) if config.path is not None else "<config>"
                 raise ConfigError(source, f"tools[{index}].python", str(exc)) from None

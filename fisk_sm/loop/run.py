@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import time
-import uuid
 from collections.abc import Iterable
 
 from fisk_sm.config.agent import AgentConfig, Budget
@@ -50,6 +49,8 @@ def loop_machine() -> LoopMachine:
 
 def new_run_id() -> str:
     """A fresh run id (time-ordered prefix, random tail)."""
+    import uuid  # here, not at import: uuid imports `platform`, some 10 ms a new run alone needs
+
     return f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
 
 

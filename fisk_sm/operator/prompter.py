@@ -18,6 +18,7 @@ from typing import Any, Protocol, TextIO
 
 import attrs
 
+from fisk_sm.config.text import UnencodableText, refuse_unencodable
 from fisk_sm.operator.sanitize import is_terminal, sanitize, strip_control
 
 __all__ = [
@@ -192,7 +193,11 @@ async def _read_line(stream: TextIO) -> str:
         line: str | None = None
         error: BaseException | None = None
         try:
-            line = stream.readline()
+            # Bytes, decoded leniently: an answer that is not UTF-8 is refused by
+            # `TerminalPrompter._read` (asked again), where a strict decoder would end the run.
+            binary = getattr(stream, "buffer", None)
+            raw = stream.readline() if binary is None else binary.readline()
+            line = raw if isinstance(raw, str) else raw.decode("utf-8", "surrogateescape")
         except BaseException as exc:  # handed to the waiting coroutine
             error = exc
         with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits any more
@@ -220,12 +225,16 @@ class TerminalPrompter:
     async def _read(self, prompt: str) -> str:
         # `prompt` is assembled only from sanitized pieces; strip once more as a last line of
         # defence, keeping the newlines the layout itself uses.
-        self.stream_out.write(strip_control(prompt))
-        self.stream_out.flush()
-        line = await _read_line(self.stream_in)
-        if not line:
-            raise PromptError("end of input")
-        return line.strip()
+        while True:
+            self.stream_out.write(strip_control(prompt))
+            self.stream_out.flush()
+            line = await _read_line(self.stream_in)
+            if not line:
+                raise PromptError("end of input")
+            try:
+                return refuse_unencodable(line, "answer").strip()
+            except UnencodableText as exc:  # one line, then the same question again
+                self.stream_out.write(f"{exc}; type it again\n")
 
     async def approve(self, request: ApprovalRequest) -> Approval:
         tool, tag = sanitize(request.tool, 200), sanitize(request.tag, 200)

@@ -1,28 +1,28 @@
 """The control API: a Starlette app over a `Supervisor`, on the supervisor's own loop.
 
 JSON in and out; errors are `{"error": "<one line>"}` with 400 (a bad body or id, naming the
-field), 401 (no or a wrong token), 404 (an unknown run or approval), 409 (the wrong state for
-the action). With a token set, every request needs `Authorization: Bearer TOKEN`; `GET /` and
-`GET /api/events` also take `?token=TOKEN` (a page's URL, an EventSource, which cannot set
-headers). The routes and their JSON are in `fisk_sm.supervisor.openapi`.
+field), 401 (no or a wrong token), 403 (a cross-origin POST), 404 (an unknown run or approval),
+409 (the wrong state for the action), 413 (a body over `MAX_BODY`), 415 (a POST that is not
+`application/json`), 421 (a `Host` the API is not served under). With a token set, every
+request needs `Authorization: Bearer TOKEN`; `GET /` and `GET /api/events` also take
+`?token=TOKEN` (a page's URL, an EventSource, which cannot set headers). The defences are the
+middlewares of `fisk_sm.supervisor.security`; the routes and their JSON are in
+`fisk_sm.supervisor.openapi`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
-from typing import Any
-from urllib.parse import parse_qs
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 
 from sse_starlette.sse import EventSourceResponse
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp
 
 from fisk_sm.config.errors import ConfigError, one_line
 from fisk_sm.journal.base import JournalError
@@ -30,83 +30,36 @@ from fisk_sm.journal.filestore import InvalidIdError, check_run_id
 from fisk_sm.machine.diagram import DiagramError, draw
 from fisk_sm.machine.path import PathError, SessionPath, session_path
 from fisk_sm.machine.table import load_table
+from fisk_sm.operator.sanitize import say as log_line
+from fisk_sm.supervisor.bodies import BadRequest, field, read_object
+from fisk_sm.supervisor.confine import ConfigDirs, NotAllowed
 from fisk_sm.supervisor.desk import ANSWERS
+from fisk_sm.supervisor.methods import MethodGuard, allowed_methods, not_allowed
 from fisk_sm.supervisor.openapi import openapi_document
+from fisk_sm.supervisor.page import DASHBOARD, Page, load_page
+from fisk_sm.supervisor.security import (
+    LOOPBACK_NAMES,
+    BodyLimit,
+    HostGuard,
+    JsonOnly,
+    OriginGuard,
+    SecurityHeaders,
+    TokenGuard,
+)
 from fisk_sm.supervisor.supervisor import Conflict, NotFound, Supervisor
 from fisk_sm.supervisor.views import transcript
 
-__all__ = ["DASHBOARD", "build_app"]
+__all__ = ["DASHBOARD", "MAX_BODY", "ControlApp", "TokenGuard", "build_app", "error"]
 
-DASHBOARD = Path(__file__).with_name("dashboard.html")
-PLACEHOLDER = (
-    "<!doctype html><meta charset=utf-8><title>fisk-sm supervisor</title>"
-    "<p>The dashboard is not installed; the API is at <code>/api/runs</code>.</p>"
-)
-#: Paths that also accept the token as `?token=`.
-QUERY_TOKEN_PATHS = ("/", "/api/events")
 MAX_BODY = 1 << 20
+#: The hosts of an app built without them (in-process use): the loopback names, any port.
+ANY_LOOPBACK = tuple(f"{name}:*" for name in LOOPBACK_NAMES)
 
 
-class BadRequest(ValueError):
-    """A bad body, field or id (HTTP 400)."""
-
-
-def error(status: int, message: str) -> JSONResponse:
-    """The API's error response."""
-    return JSONResponse({"error": one_line(message, 500)}, status_code=status)
-
-
-class TokenGuard:
-    """ASGI middleware: refuse (401) any HTTP request without the token."""
-
-    def __init__(self, app: ASGIApp, token: str) -> None:
-        self.app = app
-        self.token = token.encode()
-
-    def _given(self, scope: Scope) -> bytes | None:
-        for name, value in scope.get("headers", ()):
-            if name == b"authorization" and value[:7].lower() == b"bearer ":
-                given: bytes = value[7:].strip()
-                return given
-        if scope.get("method") == "GET" and scope.get("path") in QUERY_TOKEN_PATHS:
-            query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
-            if query.get("token"):
-                found: str = query["token"][0]
-                return found.encode()
-        return None
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            given = self._given(scope)
-            if given is None or not hmac.compare_digest(given, self.token):
-                response = error(401, "a valid token is required: Authorization: Bearer TOKEN")
-                await response(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
-
-
-async def _body(request: Request) -> dict[str, Any]:
-    raw = await request.body()
-    if len(raw) > MAX_BODY:
-        raise BadRequest(f"body: larger than {MAX_BODY} bytes")
-    try:
-        body = json.loads(raw) if raw.strip() else None
-    except ValueError as exc:
-        raise BadRequest(f"body: not valid JSON ({exc})") from None
-    if not isinstance(body, dict):
-        raise BadRequest("body: must be a JSON object")
-    return body
-
-
-def _field(body: dict[str, Any], name: str, *, required: bool = False) -> str | None:
-    value = body.get(name)
-    if value is None:
-        if required:
-            raise BadRequest(f"{name}: required")
-        return None
-    if not isinstance(value, str):
-        raise BadRequest(f"{name}: must be a string, not {type(value).__name__}")
-    return value
+def error(status: int, message: str) -> Response:
+    """The API's error response (ASCII JSON: a message never fails to encode)."""
+    body = json.dumps({"error": one_line(message, 500)})
+    return Response(body, status_code=status, media_type="application/json")
 
 
 def _run_id(request: Request, name: str = "run_id") -> str:
@@ -138,24 +91,52 @@ def _errors(handler: Handler) -> Handler:
     return wrapped
 
 
-def build_app(supervisor: Supervisor, token: str | None = None) -> ASGIApp:
-    """The control API of `supervisor` (every route needs `token`, if given)."""
+class ControlApp(Starlette):
+    """The API's Starlette app, with `SecurityHeaders` outside everything (500s included)."""
+
+    def build_middleware_stack(self) -> ASGIApp:
+        """Starlette's stack, wrapped in `SecurityHeaders`."""
+        return SecurityHeaders(super().build_middleware_stack())
+
+
+def build_app(
+    supervisor: Supervisor,
+    token: str | None = None,
+    *,
+    hosts: Iterable[str] = ANY_LOOPBACK,
+    config_dirs: ConfigDirs | None = None,
+) -> ControlApp:
+    """The control API of `supervisor`: served under `hosts` (`host:port` forms, `host:*` for
+    any port), every route needing `token` if given, run configs confined to `config_dirs`
+    (default: the directory of the supervisor's agent.yaml)."""
+    dirs = config_dirs
+
+    async def confined(text: str) -> str:
+        nonlocal dirs
+        if dirs is None:
+            dirs = await asyncio.to_thread(ConfigDirs.of, supervisor.config.path)
+        try:
+            return str(await asyncio.to_thread(dirs.confine, text))
+        except NotAllowed:
+            raise BadRequest("config: not an allowed config file") from None
 
     async def submit(request: Request) -> Response:
-        body = await _body(request)
-        prompt = _field(body, "prompt", required=True)
+        body = await read_object(request)
+        prompt = field(body, "prompt", required=True)
         assert prompt is not None
         if not prompt.strip():
             raise BadRequest("prompt: must not be empty")
-        name, config = _field(body, "name"), _field(body, "config")
+        name, config = field(body, "name"), field(body, "config")
         chat = body.get("chat", False)
         if not isinstance(chat, bool):
             raise BadRequest(f"chat: must be a boolean, not {type(chat).__name__}")
+        path = await confined(config) if config else None
         try:
             start = supervisor.submit_chat if chat else supervisor.submit
-            tracked = await start(prompt, name, config)
-        except ConfigError as exc:  # a config that does not load
-            raise BadRequest(f"config: {exc}") from None
+            tracked = await start(prompt, name, path)
+        except ConfigError as exc:  # its message may quote the file: for the log only
+            log_line(f"fisk-sm supervise: POST /api/runs: {exc}")
+            raise BadRequest("config: does not load (see the supervisor's log)") from None
         return JSONResponse(tracked.to_json(), status_code=201)
 
     async def list_runs(request: Request) -> Response:
@@ -190,7 +171,9 @@ def build_app(supervisor: Supervisor, token: str | None = None) -> ASGIApp:
 
     def action(name: str) -> Handler:
         async def act(request: Request) -> Response:
-            tracked = await getattr(supervisor, name)(_run_id(request))
+            run_id = _run_id(request)
+            await read_object(request)  # {}: no fields yet, but a POST has a JSON body
+            tracked = await getattr(supervisor, name)(run_id)
             return JSONResponse(tracked.to_json(), status_code=202)
 
         act.__name__ = name
@@ -203,8 +186,8 @@ def build_app(supervisor: Supervisor, token: str | None = None) -> ASGIApp:
     async def answer(request: Request) -> Response:
         run_id = _run_id(request)
         tool_use_id = str(request.path_params["tool_use_id"])
-        body = await _body(request)
-        given = _field(body, "answer", required=True)
+        body = await read_object(request)
+        given = field(body, "answer", required=True)
         approval = ANSWERS.get(given or "")
         if approval is None:
             raise BadRequest(f"answer: must be one of once, always, deny; not {given!r}")
@@ -213,7 +196,7 @@ def build_app(supervisor: Supervisor, token: str | None = None) -> ASGIApp:
 
     async def say(request: Request) -> Response:
         run_id = _run_id(request)
-        text = _field(await _body(request), "text", required=True)
+        text = field(await read_object(request), "text", required=True)
         if not (text or "").strip():
             raise BadRequest("text: must not be empty")
         assert text is not None
@@ -241,12 +224,14 @@ def build_app(supervisor: Supervisor, token: str | None = None) -> ASGIApp:
     async def openapi(request: Request) -> Response:
         return JSONResponse(openapi_document())
 
+    page: Page | None = None
+
     async def dashboard(request: Request) -> Response:
-        try:
-            page = await asyncio.to_thread(DASHBOARD.read_text, encoding="utf-8")
-        except FileNotFoundError:
-            page = PLACEHOLDER
-        return HTMLResponse(page, headers={"Cache-Control": "no-store"})
+        nonlocal page
+        if page is None:
+            page = await asyncio.to_thread(load_page)
+        headers = {"Cache-Control": "no-store", "Content-Security-Policy": page.csp}
+        return HTMLResponse(page.html, headers=headers)
 
     routes = [
         Route("/", _errors(dashboard), methods=["GET"]),
@@ -263,8 +248,18 @@ def build_app(supervisor: Supervisor, token: str | None = None) -> ASGIApp:
         Route("/api/runs/{run_id}/approvals/{tool_use_id}", _errors(answer), methods=["POST"]),
         Route("/api/events", _errors(events), methods=["GET"]),
     ]
-    app = Starlette(routes=routes, exception_handlers={404: _not_found, 405: _not_allowed})
-    return TokenGuard(app, token) if token else app
+    middleware = [
+        Middleware(HostGuard, allowed=hosts),
+        Middleware(MethodGuard, routes=routes),  # 405 before the checks of a POST's body
+        Middleware(OriginGuard),
+        Middleware(JsonOnly),
+        *([Middleware(TokenGuard, token=token)] if token else []),
+        Middleware(BodyLimit, limit=MAX_BODY),
+    ]
+    handlers = {404: _not_found, 405: _not_allowed, Exception: _failed}
+    app = ControlApp(routes=routes, middleware=middleware, exception_handlers=handlers)
+    app.router.redirect_slashes = False  # no redirect built from the request's Host
+    return app
 
 
 async def _not_found(request: Request, exc: Exception) -> Response:
@@ -272,4 +267,11 @@ async def _not_found(request: Request, exc: Exception) -> Response:
 
 
 async def _not_allowed(request: Request, exc: Exception) -> Response:
-    return error(405, f"{request.method} is not allowed on {request.url.path}")
+    """405 with `Allow` (`MethodGuard` answers first; this is the router's own)."""
+    allowed = allowed_methods(request.app.router.routes, request.scope)
+    return not_allowed(request.method, request.url.path, allowed)
+
+
+async def _failed(request: Request, exc: Exception) -> Response:
+    """The last resort: an unexpected error is a 500 with one line (uvicorn logs the trace)."""
+    return error(500, "internal error (see the supervisor's log)")

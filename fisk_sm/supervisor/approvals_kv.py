@@ -2,14 +2,16 @@
 
 The key is `<run_id>.<tool_use_id>`; the value is the API's `Approval` JSON plus `"answer"`
 (null while pending, then `once`, `always` or `deny`). The run's owner puts the question in the
-bucket when the run parks (`SharedDesk.ask`) and keeps waiting at its own desk, holding no slot;
-whichever supervisor's API takes the answer writes it into the key with a compare-and-swap
-(`answer`), so two operators answering at once get one answer, the first. Every supervisor
-watches the bucket: the owner sees the answer and hands it to its waiting run, which deletes the
-key once its answer is journaled. Nobody waiting for it (the owner died, or a shutdown suspended
-the parked run) changes nothing: the answer stays in the bucket, and the supervisor that resumes
-the run (a takeover, or the one that answered, which takes the parked run's lease) finds it
-there when the run asks again.
+bucket when the run parks (`SharedDesk.ask`: a create, or an update of the revision it read, so
+never over an answer) and keeps waiting at its own desk, holding no slot. Whichever
+supervisor's API takes the answer writes it into the key by compare-and-swap (`answer_shared`,
+an update of the revision that had none), so of two operators answering at once the first wins
+and the other is told its answer (`AlreadyAnswered`). Every supervisor watches the bucket: the
+owner sees the answer and hands it to its waiting run. The key is deleted once the run ends;
+from then on its journal names the answer. Nobody waiting for it (the owner died, or a shutdown
+suspended the parked run) changes nothing: the answer stays in the bucket, and the supervisor
+that resumes the run (a takeover, or the one that answered, which takes the parked run's lease)
+finds it there when the run asks again.
 """
 
 from __future__ import annotations
@@ -24,17 +26,14 @@ from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
 from fisk_sm.operator.prompter import Approval
-from fisk_sm.supervisor.desk import ANSWERS, ApprovalDesk, PendingApproval
+from fisk_sm.supervisor.desk import ANSWERS, NAMES, ApprovalDesk, PendingApproval
+from fisk_sm.supervisor.errors import AlreadyAnswered, Conflict
 from fisk_sm.supervisor.lease import stop_following
-from fisk_sm.supervisor.supervisor import Conflict
 
-__all__ = ["AlreadyAnswered", "SharedDesk", "approval_key"]
+__all__ = ["TRIES", "AlreadyAnswered", "SharedDesk", "approval_key"]
 
-NAMES = {value: name for name, value in ANSWERS.items()}
-
-
-class AlreadyAnswered(Conflict):
-    """The approval was answered already (by another operator, or another supervisor's)."""
+#: How often a compare-and-swap that lost to a write that was no answer is tried again.
+TRIES = 10
 
 
 def approval_key(run_id: str, tool_use_id: str) -> str:
@@ -94,21 +93,34 @@ class SharedDesk(ApprovalDesk):
         found = [v for v in self.shared.values() if v.get("answer") is None]
         return [{k: v[k] for k in ("run_id", "tool_use_id", "tool", "input", "tag")} for v in found]
 
-    async def ask(self, request: PendingApproval) -> Approval:
-        """An answer left in the bucket is used at once; otherwise the question goes there
-        and the run waits at this desk."""
-        key = approval_key(request.run_id, request.tool_use_id)
+    async def _read(self, key: str) -> tuple[int, dict[str, Any]] | None:
+        """The key's revision and value (None if there is no such key, or no approval in it)."""
         try:
             entry = await self.kv.get(key)
-            stored = json.loads(entry.value or b"")
+            value = json.loads(entry.value or b"")
         except (KeyNotFoundError, ValueError):
-            stored = None
-        answer = ANSWERS.get(str(stored.get("answer"))) if isinstance(stored, dict) else None
-        if answer is not None:
-            self.answer_ahead(request.run_id, request.tool_use_id, answer)
-        else:
-            value = {**request.to_json(), "owner": self.owner, "answer": None}
-            await self.kv.put(key, json.dumps(value).encode())
+            return None
+        return (entry.revision or 0, value) if isinstance(value, dict) else None
+
+    async def ask(self, request: PendingApproval) -> Approval:
+        """An answer in the bucket is used at once; otherwise the question goes there (never
+        over an answer written meanwhile) and the run waits at this desk."""
+        key = approval_key(request.run_id, request.tool_use_id)
+        for _ in range(TRIES):
+            found = await self._read(key)
+            answer = ANSWERS.get(str(found[1].get("answer"))) if found is not None else None
+            if answer is not None:
+                self.settle(request.run_id, request.tool_use_id, answer)
+                break
+            data = json.dumps({**request.to_json(), "owner": self.owner, "answer": None}).encode()
+            try:
+                if found is None:
+                    await self.kv.create(key, data)
+                else:
+                    await self.kv.update(key, data, last=found[0])
+                break
+            except KeyWrongLastSequenceError:  # written meanwhile (an answer?): read again
+                continue
         return await super().ask(request)
 
     def drop(self, run_id: str) -> None:
@@ -125,25 +137,21 @@ class SharedDesk(ApprovalDesk):
                 await self.kv.delete(key)
 
     async def answer_shared(self, run_id: str, tool_use_id: str, approval: Approval) -> bool:
-        """Answer in the bucket (any supervisor's run); False if there is no such question,
-        `AlreadyAnswered` if it has its answer."""
+        """Answer in the bucket (any supervisor's run) by compare-and-swap; False if there is no
+        such question, `AlreadyAnswered` (naming it) if it has its answer."""
         key = approval_key(run_id, tool_use_id)
-        try:
-            entry = await self.kv.get(key)
-        except KeyNotFoundError:
-            return False
-        try:
-            value = json.loads(entry.value or b"")
-        except ValueError:
-            return False
-        if not isinstance(value, dict):
-            return False
-        if value.get("answer") is not None:
-            raise AlreadyAnswered(f"run {run_id}: approval {tool_use_id!r} has its answer")
-        value["answer"] = NAMES[approval]
-        try:
-            await self.kv.update(key, json.dumps(value).encode(), last=entry.revision)
-        except KeyWrongLastSequenceError:
-            raise AlreadyAnswered(f"run {run_id}: approval {tool_use_id!r} was answered") from None
-        ApprovalDesk.answer(self, run_id, tool_use_id, approval)  # ours: no need to wait
-        return True
+        for _ in range(TRIES):
+            found = await self._read(key)
+            if found is None:
+                return False
+            revision, value = found
+            if value.get("answer") is not None:
+                raise AlreadyAnswered(run_id, tool_use_id, str(value["answer"]))
+            value["answer"] = NAMES[approval]
+            try:
+                await self.kv.update(key, json.dumps(value).encode(), last=revision)
+            except KeyWrongLastSequenceError:  # written meanwhile: read who won
+                continue
+            ApprovalDesk.answer(self, run_id, tool_use_id, approval)  # ours: no need to wait
+            return True
+        raise Conflict(f"approval {tool_use_id} of run {run_id} keeps changing: try again")

@@ -246,11 +246,17 @@ class ClusterSupervisor(LeaseHolder):
         return await super().suspend(run_id)
 
     async def answer(self, run_id: str, tool_use_id: str, approval: Approval) -> Tracked:
-        """Answer an approval of any supervisor's run; a parked run nobody drives is resumed
-        here (its lease taken), and finds the answer in the bucket when it asks again."""
+        """Answer an approval of any supervisor's run, once (decided in the bucket: a later
+        answer gets `AlreadyAnswered`); a parked run nobody drives is resumed here (its lease
+        taken), and finds the answer in the bucket when it asks again."""
         await self.refresh()
+        if run_id not in self.runs and run_id not in self.remote.runs:  # listed too long ago?
+            await self.remote.refresh(set(self.runs), fresh=True)
         tracked = self.get(run_id)
         if not await self.shared.answer_shared(run_id, tool_use_id, approval):
+            # no question in the bucket: its run ended (its journal has the answer) or never
+            # asked it
+            await self.shared.refuse_answered(run_id, tool_use_id, self.records_of)
             raise NotFound(f"run {run_id} has no pending approval {tool_use_id!r}")
         if not tracked.live and not self.view.owner(run_id):
             with contextlib.suppress(Conflict):

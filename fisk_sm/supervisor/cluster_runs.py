@@ -111,10 +111,11 @@ class RemoteRuns:
         tracked = self.runs[entry.run_id] = self._tracked(entry, queued=True)
         return tracked
 
-    async def refresh(self, local: set[str]) -> None:
-        """Re-read the listing if it is older than `MAX_AGE` (runs in `local` are skipped)."""
+    async def refresh(self, local: set[str], *, fresh: bool = False) -> None:
+        """Re-read the listing if it is older than `MAX_AGE`, or at once if `fresh` (runs in
+        `local` are skipped)."""
         async with self._lock:
-            if time.monotonic() - self._read < MAX_AGE:
+            if not fresh and time.monotonic() - self._read < MAX_AGE:
                 return
             infos = await self.store.list_async()
             self._read = time.monotonic()

@@ -3,10 +3,17 @@
 Each run is handed a `DeskPrompter` (its `RunOptions.prompter`). Its `approve(request)` puts the
 request on the desk (`pending`) and waits for `answer(run_id, tool_use_id, approval)`; the
 waiting run holds no concurrency slot (the `awaiting_approval` state is not stepped under one).
-An answer may also come first: for a run whose journal folds to `awaiting_approval` while no
-task drives it (parked when the supervisor stopped), the supervisor leaves the answer on the desk
-and resumes the session, and the run's renewed question is answered at once. A wait cancelled by
-a suspend leaves nothing behind: the request stays pending in the journal, not on the desk.
+
+One answer per approval: an answer is first `claim`ed, synchronously on the loop and before
+any await, so of two answers racing the first wins and the other is refused (`AlreadyAnswered`,
+naming the winner). The claim is remembered until the run ends; the journal's
+`approval_answered` (`journaled_answer`) is the truth after that, and after a restart. A claim
+also serves a run that asks later: for a run whose journal folds to `awaiting_approval` while
+no task drives it (parked when the supervisor stopped), the supervisor claims the answer and
+resumes the session, and the run's renewed question is answered at once; so is a question asked
+again after a suspend cut the wait between the answer and its journal record. A wait cancelled
+by a suspend with no answer given leaves nothing behind: the request stays pending in the
+journal, not on the desk.
 
 The other questions a prompter is asked (the `ask_human_*` tools, crash policy `ask`) have no
 operator here: they raise `PromptError`, which the tools report to the model.
@@ -15,17 +22,37 @@ operator here: they raise `PromptError`, which the tools report to the model.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import attrs
 
+from fisk_sm.journal.records import ApprovalAnswered, Record
 from fisk_sm.operator.prompter import Approval, ApprovalRequest, PromptError
+from fisk_sm.supervisor.errors import AlreadyAnswered
 
-__all__ = ["ANSWERS", "ApprovalDesk", "DeskPrompter", "PendingApproval"]
+__all__ = [
+    "ANSWERS",
+    "NAMES",
+    "ApprovalDesk",
+    "DeskPrompter",
+    "PendingApproval",
+    "journaled_answer",
+]
 
 #: The API's answers and what the gate is told.
 ANSWERS = {"once": Approval.ONCE, "always": Approval.ALWAYS, "deny": Approval.NO}
+#: The API's name of each answer.
+NAMES = {value: name for name, value in ANSWERS.items()}
+
+
+def journaled_answer(records: Sequence[Record], tool_use_id: str) -> str | None:
+    """The API's name of the answer a journal recorded for the call `tool_use_id` (None if it
+    has none): a `no`, the operator's or a failed prompt's, is `deny`."""
+    for record in records:
+        if isinstance(record, ApprovalAnswered) and record.tool_use_id == tool_use_id:
+            return "deny" if record.answer == Approval.NO.value else record.answer
+    return None
 
 
 @attrs.frozen
@@ -44,11 +71,11 @@ class PendingApproval:
 
 
 class ApprovalDesk:
-    """The pending approvals of every run, and the answers given ahead of a question."""
+    """The pending approvals of every run, and the answer each approval was given first."""
 
     def __init__(self, on_change: Callable[[str], None] = lambda run_id: None) -> None:
         self._waiting: dict[tuple[str, str], tuple[PendingApproval, asyncio.Future[Approval]]] = {}
-        self._ahead: dict[tuple[str, str], Approval] = {}
+        self._claims: dict[tuple[str, str], Approval] = {}
         self._on_change = on_change
 
     def pending(self, run_id: str | None = None) -> list[PendingApproval]:
@@ -59,12 +86,42 @@ class ApprovalDesk:
         """Whether a run is waiting at the desk for this call's answer."""
         return (run_id, tool_use_id) in self._waiting
 
-    def answer_ahead(self, run_id: str, tool_use_id: str, approval: Approval) -> None:
-        """Leave an answer for a question the run will ask once resumed."""
-        self._ahead[run_id, tool_use_id] = approval
+    def claim(self, run_id: str, tool_use_id: str, approval: Approval) -> None:
+        """Make `approval` the approval's answer, unless it has one: then `AlreadyAnswered`
+        names it. Synchronous, so that of two answers racing on the loop the first wins."""
+        first = self._claims.get((run_id, tool_use_id))
+        if first is not None:  # the same answer again is refused too: it was not this one
+            raise AlreadyAnswered(run_id, tool_use_id, NAMES[first])
+        self._claims[run_id, tool_use_id] = approval
+
+    def settle(self, run_id: str, tool_use_id: str, approval: Approval) -> None:
+        """Record an answer given elsewhere (another supervisor's, the journal's): the run
+        asking this question is answered with it."""
+        self._claims[run_id, tool_use_id] = approval
+
+    def release(self, run_id: str, tool_use_id: str) -> None:
+        """Withdraw a claim whose answer never reached its run (the resume failed)."""
+        self._claims.pop((run_id, tool_use_id), None)
+
+    async def refuse_answered(
+        self,
+        run_id: str,
+        tool_use_id: str,
+        records_of: Callable[[str], Awaitable[Sequence[Record]]],
+        *,
+        own: bool = False,
+    ) -> None:
+        """`AlreadyAnswered` if the approval has an answer: claimed here (unless `own`: the
+        claim is the caller's), or in the run's journal."""
+        given = None if own else self._claims.get((run_id, tool_use_id))
+        found = NAMES[given] if given is not None else None
+        if found is None:
+            found = journaled_answer(await records_of(run_id), tool_use_id)
+        if found is not None:
+            raise AlreadyAnswered(run_id, tool_use_id, found)
 
     def answer(self, run_id: str, tool_use_id: str, approval: Approval) -> bool:
-        """Answer a waiting call; False if nothing waits for it."""
+        """Hand an answer to the run waiting for it; False if nothing waits for it."""
         found = self._waiting.pop((run_id, tool_use_id), None)
         if found is None:
             return False
@@ -75,16 +132,16 @@ class ApprovalDesk:
         return True
 
     def forget(self, run_id: str) -> None:
-        """Drop answers left for a run that will not ask them (it ended)."""
-        for key in [k for k in self._ahead if k[0] == run_id]:
-            del self._ahead[key]
+        """Drop the answers of a run that ended (its journal has them)."""
+        for key in [k for k in self._claims if k[0] == run_id]:
+            del self._claims[key]
 
     async def ask(self, request: PendingApproval) -> Approval:
-        """Wait for the answer to `request` (at once if one was left ahead)."""
+        """Wait for the answer to `request` (at once if it was given already)."""
         key = (request.run_id, request.tool_use_id)
-        ahead = self._ahead.pop(key, None)
-        if ahead is not None:
-            return ahead
+        given = self._claims.get(key)
+        if given is not None:
+            return given
         future: asyncio.Future[Approval] = asyncio.get_running_loop().create_future()
         self._waiting[key] = (request, future)
         self._on_change(request.run_id)

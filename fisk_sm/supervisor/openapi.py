@@ -25,6 +25,16 @@ def _errors(*codes: int) -> dict[str, Any]:
     return {str(code): {"$ref": f"#/components/responses/E{code}"} for code in codes}
 
 
+# What any request can get, whatever its route: a wrong token (401), a method the path does not
+# take (405, with Allow), a body over the size cap (413), a Host header not allowed (421).
+_ANY = (401, 405, 413, 421)
+# What any POST can also get: a bad body (400), a cross-site Origin (403), a body that is not
+# application/json (415).
+_POST = (400, 401, 403, 405, 413, 415, 421)
+# A prompt or follow-up: not empty, not only blanks (the server refuses those).
+_TEXT = {"type": "string", "minLength": 1, "pattern": "\\S"}
+
+
 _RUN_ID = {
     "name": "run_id",
     "in": "path",
@@ -38,7 +48,13 @@ _SCHEMAS: dict[str, Any] = {
     "Error": {
         "type": "object",
         "required": ["error"],
-        "properties": {"error": {"type": "string", "description": "one line"}},
+        "additionalProperties": False,
+        "properties": {"error": {"type": "string", "pattern": "^[^\\n\\r]*$"}},
+        "description": "one line, naming the field, id or header at fault",
+    },
+    "Empty": {
+        "type": "object",
+        "description": "no fields yet: send {} (a POST always has a JSON body)",
     },
     "Tokens": {
         "type": "object",
@@ -107,16 +123,24 @@ _SCHEMAS: dict[str, Any] = {
         "type": "object",
         "required": ["prompt"],
         "properties": {
-            "prompt": _STR,
-            "name": {"type": "string", "description": "a label (default: the run id)"},
-            "config": {"type": "string", "description": "another agent.yaml on the server"},
+            "prompt": {**_TEXT, "description": "the first user message (not blank)"},
+            "name": {
+                "type": ["string", "null"],
+                "description": "a label (default, or null: the run id)",
+            },
+            "config": {
+                "type": ["string", "null"],
+                "description": "another agent.yaml on the server, in an allowed directory"
+                " (supervise --config-dir); another is refused (400). Default, or null: the"
+                " supervisor's own",
+            },
             "chat": {"type": "boolean", "description": "wait for a follow-up after each answer"},
         },
     },
     "Say": {
         "type": "object",
         "required": ["text"],
-        "properties": {"text": {"type": "string", "description": "the follow-up prompt"}},
+        "properties": {"text": {**_TEXT, "description": "the follow-up prompt (not blank)"}},
     },
     "Answer": {
         "type": "object",
@@ -125,16 +149,63 @@ _SCHEMAS: dict[str, Any] = {
     },
 }
 
-_RESPONSES = {
+_RESPONSES: dict[str, Any] = {
     f"E{code}": _json(_ref("Error"), text)
     for code, text in {
-        400: "bad input: the body, a field or an id (the message names it)",
-        401: "no token, or a wrong one",
+        400: "bad input: the body (not a JSON object, too deep, a lone surrogate), a field"
+        " (a config outside the allowed directories too) or an id; the message names it",
+        401: "no token, or a wrong one (only when the supervisor has a token)",
+        403: "a cross-origin request (its Origin is not the API's own)",
         404: "no such run or approval",
-        409: "the run is in the wrong state for this",
+        405: "the path does not take this method (Allow lists the ones it takes)",
+        409: "the run is in the wrong state for this (or the approval is already answered)",
+        413: "the body is larger than the limit",
+        415: "the body is not application/json",
+        421: "the Host header is not one this supervisor answers to",
         501: "Graphviz (pygraphviz) is not installed",
     }.items()
 }
+_RESPONSES["E405"]["headers"] = {
+    "Allow": {
+        "description": "the methods the path takes",
+        "required": True,
+        "schema": {"type": "string"},
+    }
+}
+
+#: From the new run (201) to every operation on it, so a client (and a stateful test) can
+#: follow the run it made.
+_RUN_LINKS = {
+    f"{op}": {"operationId": op, "parameters": {"run_id": "$response.body#/run_id"}}
+    for op in ("showRun", "runDiagram", "suspendRun", "resumeRun", "abortRun", "sayToRun")
+} | {"events": {"operationId": "events", "parameters": {"run": "$response.body#/run_id"}}}
+#: A run shown again may be parked: on to answering its approval.
+_DETAIL_LINKS = _RUN_LINKS | {
+    "answerApproval": {
+        "operationId": "answerApproval",
+        "parameters": {
+            "run_id": "$response.body#/run_id",
+            "tool_use_id": "$response.body#/approval/tool_use_id",
+        },
+    },
+}
+
+
+#: From the pending approvals to answering the first of them.
+_FIRST_APPROVAL = {
+    "answerFirst": {
+        "operationId": "answerApproval",
+        "parameters": {
+            "run_id": "$response.body#/approvals/0/run_id",
+            "tool_use_id": "$response.body#/approvals/0/tool_use_id",
+        },
+    }
+}
+
+
+def _run(description: str) -> dict[str, Any]:
+    """A Run response, with links to the operations on that run."""
+    return {**_json(_ref("Run"), description), "links": _RUN_LINKS}
 
 
 def _action(verb: str, summary: str) -> dict[str, Any]:
@@ -143,7 +214,8 @@ def _action(verb: str, summary: str) -> dict[str, Any]:
             "operationId": f"{verb}Run",
             "summary": summary,
             "parameters": [_RUN_ID],
-            "responses": {"202": _json(_ref("Run"), "the run"), **_errors(400, 401, 404, 409)},
+            "requestBody": {"required": True, **_json(_ref("Empty"), "{}")},
+            "responses": {"202": _run("the run"), **_errors(*_POST, 404, 409)},
         }
     }
 
@@ -156,7 +228,7 @@ _PATHS: dict[str, Any] = {
             "parameters": [{"name": "token", "in": "query", "schema": _STR}],
             "responses": {
                 "200": {"description": "the page", "content": {"text/html": {"schema": _STR}}},
-                **_errors(401),
+                **_errors(*_ANY),
             },
         }
     },
@@ -164,7 +236,7 @@ _PATHS: dict[str, Any] = {
         "get": {
             "operationId": "openapi",
             "summary": "this document",
-            "responses": {"200": _json({"type": "object"}, "OpenAPI 3.1"), **_errors(401)},
+            "responses": {"200": _json({"type": "object"}, "OpenAPI 3.1"), **_errors(*_ANY)},
         }
     },
     "/api/runs": {
@@ -172,7 +244,7 @@ _PATHS: dict[str, Any] = {
             "operationId": "submitRun",
             "summary": "start a checkpointed run on a prompt",
             "requestBody": {"required": True, **_json(_ref("Submit"), "the run to start")},
-            "responses": {"201": _json(_ref("Run"), "the new run"), **_errors(400, 401, 409)},
+            "responses": {"201": _run("the new run"), **_errors(*_POST, 409)},
         },
         "get": {
             "operationId": "listRuns",
@@ -186,7 +258,7 @@ _PATHS: dict[str, Any] = {
                     },
                     "the runs",
                 ),
-                **_errors(401),
+                **_errors(*_ANY),
             },
         },
     },
@@ -195,7 +267,10 @@ _PATHS: dict[str, Any] = {
             "operationId": "showRun",
             "summary": "a run, its transcript's last 50 entries and the states it entered",
             "parameters": [_RUN_ID],
-            "responses": {"200": _json(_ref("RunDetail"), "the run"), **_errors(400, 401, 404)},
+            "responses": {
+                "200": {**_json(_ref("RunDetail"), "the run"), "links": _DETAIL_LINKS},
+                **_errors(400, *_ANY, 404),
+            },
         }
     },
     "/api/runs/{run_id}/diagram.svg": {
@@ -208,7 +283,7 @@ _PATHS: dict[str, Any] = {
                     "description": "SVG",
                     "content": {"image/svg+xml": {"schema": _STR}},
                 },
-                **_errors(400, 401, 404, 501),
+                **_errors(400, *_ANY, 404, 501),
             },
         }
     },
@@ -221,7 +296,7 @@ _PATHS: dict[str, Any] = {
             "summary": "post a follow-up to a chat run waiting for input (awaiting_input)",
             "parameters": [_RUN_ID],
             "requestBody": {"required": True, **_json(_ref("Say"), "the follow-up")},
-            "responses": {"202": _json(_ref("Run"), "the run"), **_errors(400, 401, 404, 409)},
+            "responses": {"202": _run("the run"), **_errors(*_POST, 404, 409)},
         }
     },
     "/api/approvals": {
@@ -236,8 +311,9 @@ _PATHS: dict[str, Any] = {
                         "properties": {"approvals": {"type": "array", "items": _ref("Approval")}},
                     },
                     "the approvals",
-                ),
-                **_errors(401),
+                )
+                | {"links": _FIRST_APPROVAL},
+                **_errors(*_ANY),
             },
         }
     },
@@ -250,7 +326,7 @@ _PATHS: dict[str, Any] = {
                 {"name": "tool_use_id", "in": "path", "required": True, "schema": _STR},
             ],
             "requestBody": {"required": True, **_json(_ref("Answer"), "the answer")},
-            "responses": {"200": _json(_ref("Run"), "the run"), **_errors(400, 401, 404, 409)},
+            "responses": {"200": _json(_ref("Run"), "the run"), **_errors(*_POST, 404, 409)},
         }
     },
     "/api/events": {
@@ -268,7 +344,7 @@ _PATHS: dict[str, Any] = {
                     "description": "the stream",
                     "content": {"text/event-stream": {"schema": _STR}},
                 },
-                **_errors(400, 401, 404),
+                **_errors(400, *_ANY, 404),
             },
         }
     },

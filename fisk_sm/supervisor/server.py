@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import ipaddress
 import os
+import re
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +21,7 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from fisk_sm.journal.statedir import make_private_directory, open_regular
+from fisk_sm.supervisor.security import LOOPBACK_NAMES
 
 __all__ = [
     "DEFAULT_LISTEN",
@@ -27,13 +29,19 @@ __all__ = [
     "bind",
     "check_token_rule",
     "is_loopback",
+    "parse_allow_host",
     "parse_listen",
     "serve_app",
+    "served_hosts",
     "url_of",
     "write_url",
 ]
 
 DEFAULT_LISTEN = "127.0.0.1:8765"
+#: A DNS name, or an IP address (IPv6 in brackets), as it may stand in a `Host` header.
+HOST_RE = re.compile(r"[a-z0-9]([a-z0-9.-]{0,252})|\[[0-9a-f:.]{2,45}\]")
+#: Ports a browser leaves out of `Host` (and `Origin`).
+DEFAULT_PORTS = (80, 443)
 
 
 class ListenError(ValueError):
@@ -69,6 +77,39 @@ def check_token_rule(host: str, token: str | None) -> None:
             f"--listen: {host} is not a loopback address; a token is required"
             " (--token-file FILE or $FISK_SM_TOKEN)"
         )
+
+
+def _host_form(host: str) -> str:
+    return f"[{host}]" if ":" in host else host.lower()
+
+
+def _with_port(names: set[str], port: int) -> set[str]:
+    forms = {f"{name}:{port}" for name in names}
+    return forms | names if port in DEFAULT_PORTS else forms
+
+
+def parse_allow_host(text: str, port: int) -> set[str]:
+    """The `Host` forms `--allow-host HOST[:PORT]` allows (`[v6]` in brackets; no port: the
+    listening `port`)."""
+    value = text.strip().lower()
+    if ":" not in value or (value.startswith("[") and value.endswith("]")):
+        name, given = value, str(port)
+    else:
+        name, _, given = value.rpartition(":")
+    if not HOST_RE.fullmatch(name) or not given.isdigit() or not 0 < int(given) <= 65535:
+        raise ListenError(f"--allow-host: expected HOST or HOST:PORT, got {text!r}")
+    return _with_port({name}, int(given))
+
+
+def served_hosts(sock: socket.socket, listen: str, extra: set[str] | None = None) -> frozenset[str]:
+    """The `Host` forms the API on `sock` answers: its bound address and the `--listen` name with
+    the bound port (known only now, for port 0); `localhost`, `127.0.0.1` and `[::1]` too on
+    loopback; and `extra` (from `--allow-host`)."""
+    bound, port = sock.getsockname()[:2]
+    names = {_host_form(bound), _host_form(listen)}
+    if is_loopback(bound) or is_loopback(listen):
+        names.update(LOOPBACK_NAMES)
+    return frozenset(_with_port(names, port) | (extra or set()))
 
 
 def bind(host: str, port: int) -> socket.socket:

@@ -30,6 +30,7 @@ import attrs
 from fisk_sm.config.agent import AgentConfig, load_config
 from fisk_sm.config.errors import one_line
 from fisk_sm.config.states import States
+from fisk_sm.config.text import refuse_unencodable
 from fisk_sm.events.types import Fanout
 from fisk_sm.journal.filestore import FileStore, check_run_id
 from fisk_sm.journal.jetstream import JetStreamStore
@@ -41,6 +42,7 @@ from fisk_sm.loop.run import Run, new_run_id
 from fisk_sm.loop.sessions import resume_session, start_session
 from fisk_sm.operator.prompter import Approval
 from fisk_sm.supervisor.desk import ApprovalDesk, DeskPrompter
+from fisk_sm.supervisor.errors import Conflict, NotFound
 from fisk_sm.supervisor.hub import EventHub, RunSink
 from fisk_sm.supervisor.registry import (
     ABORTED,
@@ -67,14 +69,6 @@ class RunRegistry(Protocol):
     async def submitted(self, run_id: str, name: str, config: str) -> RegistryEntry: ...
 
     async def mark(self, disposition: str, *run_ids: str) -> None: ...
-
-
-class NotFound(LookupError):
-    """No such run, or no such pending approval (HTTP 404)."""
-
-
-class Conflict(RuntimeError):
-    """The run is in the wrong state for the action (HTTP 409)."""
 
 
 class Supervisor:
@@ -266,6 +260,7 @@ class Supervisor:
     async def _submit(
         self, prompt: str, name: str | None, config: str | None, *, chat: bool
     ) -> Tracked:
+        refuse_unencodable(prompt, "prompt")  # UnencodableText, a ValueError: HTTP 400
         if self.closing:
             raise Conflict("the supervisor is shutting down")
         agent = await self._config(config or "")
@@ -314,6 +309,7 @@ class Supervisor:
 
     async def say(self, run_id: str, text: str) -> Tracked:
         """Post a follow-up to a chat run waiting for its next prompt (`awaiting_input`)."""
+        refuse_unencodable(text, "text")  # UnencodableText, a ValueError: HTTP 400
         tracked = self.get(run_id)
         run = tracked.run
         if not tracked.live or run is None or run.state != States.AWAITING_INPUT:
@@ -348,20 +344,29 @@ class Supervisor:
         return tracked
 
     async def answer(self, run_id: str, tool_use_id: str, approval: Approval) -> Tracked:
-        """Answer a pending approval; a parked session that no task drives is resumed with
-        the answer waiting for it."""
-        tracked = self.get(run_id)
-        if self.desk.answer(run_id, tool_use_id, approval):
+        """Answer a pending approval, once (a later answer: `AlreadyAnswered`); a parked
+        session that no task drives is resumed, and its renewed question finds the answer."""
+        tracked, desk = self.get(run_id), self.desk
+        asked = (tracked.approval or {}).get("tool_use_id") == tool_use_id
+        if desk.waiting(run_id, tool_use_id) or (asked and tracked.live):
+            desk.claim(run_id, tool_use_id, approval)  # before any await: the first one wins
+            desk.answer(run_id, tool_use_id, approval)  # else the run finds it when it asks
             return tracked
-        pending = tracked.approval
-        if tracked.live or pending is None or pending.get("tool_use_id") != tool_use_id:
+        if not asked:  # answered (here, or as its journal says), or never asked
+            await desk.refuse_answered(run_id, tool_use_id, self.records_of)
             raise NotFound(f"run {run_id} has no pending approval {tool_use_id!r}")
         if tracked.status != "parked" or self.closing:
             raise Conflict(f"run {run_id} cannot take an answer (status {tracked.status})")
-        self.desk.answer_ahead(run_id, tool_use_id, approval)
-        await self.registry.mark(RESUMED, run_id)
-        self._mark(tracked, RESUMED)
-        await self._resume(tracked)
+        desk.claim(run_id, tool_use_id, approval)
+        try:
+            await desk.refuse_answered(run_id, tool_use_id, self.records_of, own=True)
+            await self.registry.mark(RESUMED, run_id)
+            self._mark(tracked, RESUMED)
+            if not tracked.live:  # an operator's resume may have started it meanwhile
+                await self._resume(tracked)
+        finally:
+            if not tracked.live:  # the answer never reached the run: it is pending again
+                desk.release(run_id, tool_use_id)
         return tracked
 
     def _stop(self, tracked: Tracked) -> None:

@@ -22,7 +22,11 @@ from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 import attrs
 
+from fisk_sm.config.limits import MAX_IMAGE, MAX_OUTPUT, byte_limit_problem, timeout_problem
 from fisk_sm.config.names import CRASH_POLICIES
+from fisk_sm.config.text import scrub, scrub_json
+from fisk_sm.tools.output import cap_blocks, cap_text, image_problem
+from fisk_sm.tools.worker import call_in_thread
 
 __all__ = [
     "Content",
@@ -48,6 +52,15 @@ class ToolError(Exception):
     """
 
 
+def _check_limit(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if attribute.name == "timeout":
+        problem = timeout_problem(value)
+    else:
+        problem = None if value is None else byte_limit_problem(value)
+    if problem:
+        raise ValueError(f"{attribute.name} {problem}")
+
+
 def _json_call(name: str, arguments: Mapping[str, Any]) -> str:
     return f"{name} {json.dumps(dict(arguments), ensure_ascii=False, sort_keys=True)}"
 
@@ -57,9 +70,12 @@ class Tool:
     """A callable the model may ask for, with the definition it is offered under.
 
     `fn` is called with the model's arguments as keywords: a coroutine function is awaited, a
-    plain function runs in a worker thread. `kind` says what it is (python, exec, builtin,
-    memory, remote) for tracing and counting; `tags` feed selection and the confirm gate;
-    `display` renders a call as the operator sees it (a command line for exec tools).
+    plain function runs on a daemon thread of its own (`fisk_sm.tools.worker`). `kind` says
+    what it is (python, exec, builtin, memory, remote) for tracing and counting; `tags` feed
+    selection and the confirm gate; `display` renders a call as the operator sees it (a
+    command line for exec tools). Dispatch holds every call to `timeout` seconds (None: no
+    limit) and its result to `max_output` bytes of text (None: the kind caps it at the source)
+    and `max_image` bytes of base64 per image (`fisk_sm.config.limits`).
     """
 
     name: str
@@ -74,6 +90,9 @@ class Tool:
     display: Callable[[str, Mapping[str, Any]], str] = attrs.field(
         default=_json_call, eq=False, repr=False
     )
+    timeout: float | None = attrs.field(default=None, validator=_check_limit)
+    max_output: int | None = attrs.field(default=MAX_OUTPUT, validator=_check_limit)
+    max_image: int = attrs.field(default=MAX_IMAGE, validator=_check_limit)
 
     @property
     def definition(self) -> dict[str, Any]:
@@ -191,8 +210,14 @@ def tool(
     input_schema: dict[str, Any] | None = None,
     crash_policy: str = "retry",
     tags: Sequence[str] = (),
+    timeout: float | None = None,
+    max_output: int = MAX_OUTPUT,
+    max_image: int = MAX_IMAGE,
 ) -> Any:
-    """Make a `Tool` of a function: `@tool` or `@tool(name=..., input_schema=...)`."""
+    """Make a `Tool` of a function: `@tool` or `@tool(name=..., input_schema=...)`.
+
+    `timeout` (seconds; None: no limit), `max_output` and `max_image` (bytes) are the call's
+    limits (`Tool`); a bad one is a ValueError."""
     if crash_policy not in CRASH_POLICIES:
         raise ValueError(f"crash_policy must be one of {', '.join(CRASH_POLICIES)}")
 
@@ -205,8 +230,13 @@ def tool(
             fn=f,
             crash_policy=crash_policy,
             tags=tuple(tags),
+            timeout=timeout,
+            max_output=max_output,
+            max_image=max_image,
         )
 
+    if max_output is None:
+        raise ValueError("max_output must be a positive number of bytes, got None")
     return wrap(fn) if fn is not None else wrap
 
 
@@ -214,9 +244,16 @@ _MISSING = object()
 
 
 def load_tool(
-    ref: str, base_dir: Path, crash_policy: str = "retry", tags: Sequence[str] = ()
+    ref: str,
+    base_dir: Path,
+    crash_policy: str = "retry",
+    tags: Sequence[str] = (),
+    limits: Mapping[str, Any] | None = None,
 ) -> Tool:
-    """Load `module:function`, looking on sys.path and then in `base_dir` (the config's folder)."""
+    """Load `module:function`, looking on sys.path and then in `base_dir` (the config's folder).
+
+    `limits` (`timeout`, `max_output`, `max_image`) replace those of the function's `@tool`."""
+    given = {key: value for key, value in (limits or {}).items() if value is not None}
     module_name, _, attr = ref.partition(":")
     try:
         module = _import(module_name, base_dir)
@@ -236,10 +273,10 @@ def load_tool(
     if obj is _MISSING:
         raise ToolLoadError(f"cannot load tool {ref!r}: {module_name!r} has no {attr!r}")
     if isinstance(obj, Tool):
-        return attrs.evolve(obj, crash_policy=crash_policy, tags=(*obj.tags, *tags))
+        return attrs.evolve(obj, crash_policy=crash_policy, tags=(*obj.tags, *tags), **given)
     if not callable(obj):
         raise ToolLoadError(f"cannot load tool {ref!r}: {attr!r} is not callable")
-    made: Tool = tool(obj, crash_policy=crash_policy, tags=tags)
+    made: Tool = tool(obj, crash_policy=crash_policy, tags=tags, **given)
     return made
 
 
@@ -307,21 +344,58 @@ class ToolBox:
         return None
 
     async def invoke(self, name: str, arguments: Mapping[str, Any]) -> Outcome:
-        """Run a tool that passed `rejection`; an exception becomes an is_error outcome."""
+        """Run a tool that passed `rejection`, within its limits (`Tool`): an exception or
+        the timeout becomes an is_error outcome, text over `max_output` keeps its head and
+        tail, an image over `max_image` makes the result an is_error. Every kind of tool is
+        called through here, so none escapes the limits."""
+        t = self.tools[name]
+        deadline = asyncio.timeout(t.timeout)
+        try:
+            async with deadline:  # an async tool is cancelled; a sync one is left to itself
+                outcome = await self._call(name, arguments)
+        except TimeoutError:
+            if not deadline.expired():
+                raise  # pragma: no cover - `_call` turns a tool's own errors into outcomes
+            outcome = Outcome(f"tool {name!r} timed out after {t.timeout:g}s", is_error=True)
+        return _capped(outcome, t)
+
+    async def _call(self, name: str, arguments: Mapping[str, Any]) -> Outcome:
         fn = self.tools[name].fn
         try:
             if inspect.iscoroutinefunction(fn):
                 value = await fn(**arguments)
             else:
-                # A worker thread keeps the event loop free: signals, timeouts and the other
-                # runs of a supervisor go on while a blocking tool works.
-                value = await asyncio.to_thread(fn, **arguments)
+                value = await call_in_thread(fn, arguments, name)
             if inspect.isawaitable(value):  # a sync function that returned an awaitable
                 value = await value
         except ToolError as exc:
-            return Outcome(str(exc), is_error=True)
+            return _scrubbed(Outcome(str(exc), is_error=True))
         except Exception as exc:
-            return Outcome(f"tool {name!r} failed: {type(exc).__name__}: {exc}", is_error=True)
+            failed = f"tool {name!r} failed: {type(exc).__name__}: {exc}"
+            return _scrubbed(Outcome(failed, is_error=True))
         if isinstance(value, Content):
-            return Outcome(value.text, blocks=value.blocks)
-        return Outcome(_render(value))
+            return _scrubbed(Outcome(value.text, blocks=value.blocks))
+        return _scrubbed(Outcome(_render(value)))
+
+
+def _capped(outcome: Outcome, t: Tool) -> Outcome:
+    """`outcome` within the limits of `t` (`fisk_sm.tools.output`)."""
+    problem = next(filter(None, (image_problem(b, t.max_image) for b in outcome.blocks)), None)
+    if problem is not None:
+        return Outcome(f"tool {t.name!r} returned {problem}", is_error=True)
+    if t.max_output is None:
+        return outcome
+    content, cut = cap_text(outcome.content, t.max_output)
+    blocks, cut_blocks = cap_blocks(outcome.blocks, t.max_output)
+    if not (cut or cut_blocks):
+        return outcome
+    return attrs.evolve(outcome, content=content, blocks=blocks)
+
+
+def _scrubbed(outcome: Outcome) -> Outcome:
+    """Every tool's output enters the run here: a lone surrogate in it (a str can hold one)
+    becomes U+FFFD before it is journaled or sent (`fisk_sm.config.text`)."""
+    content, blocks = scrub(outcome.content), scrub_json(outcome.blocks)
+    if content is outcome.content and blocks is outcome.blocks:
+        return outcome
+    return attrs.evolve(outcome, content=content, blocks=blocks)

@@ -105,4 +105,7 @@ def exec_tool(spec: ExecToolSpec, *, work_dir: Path | None = None) -> Tool:
         tags=spec.tags,
         kind="exec",
         display=display,
+        # Capped at the source: the capture keeps the output's head and tail, so the
+        # {command, exit_code, output} it returns stays whole JSON.
+        max_output=None,
     )

@@ -17,7 +17,8 @@ Its tools join the tool set with kind `mcp` and the server's alias as their `age
 - a result's text becomes the tool_result content; one with images (of a type the Messages API
   takes) becomes content blocks, text and images (`content_blocks`); `isError` raises
   `ToolError`, so the model gets an `is_error` result; a call that fails or outlasts `timeout`
-  too;
+  too; text over `max_output` keeps its head and tail, and an image over `max_image` makes
+  the result an `is_error` (the dispatch does both, `fisk_sm.tools.base.ToolBox.invoke`);
 - the declaration's `crash_policy` applies on resume, as for any tool.
 
 Each connection lives in a task of its own, because the SDK's transports hold anyio task groups
@@ -68,7 +69,8 @@ def _leaf(exc: BaseException) -> BaseException:
 
 def _reason(exc: BaseException, timeout: float) -> str:
     exc = _leaf(exc)
-    if isinstance(exc, TimeoutError):
+    # The SDK reports a request that outlasted its read timeout as an error of its own.
+    if isinstance(exc, TimeoutError) or getattr(exc, "code", None) == mcp.types.REQUEST_TIMEOUT:
         return f"no answer within {timeout:g}s"
     if isinstance(exc, OSError) and exc.strerror:
         return exc.strerror
@@ -163,6 +165,8 @@ class McpConnection:
             tags=tool_tags(self.server),
             kind="mcp",
             agent=self.server.alias,
+            max_output=self.server.max_output,
+            max_image=self.server.max_image,
         )
 
     async def aclose(self) -> None:

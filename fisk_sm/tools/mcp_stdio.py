@@ -1,13 +1,16 @@
 """An MCP server over stdio, as a process the run owns.
 
 The program runs as an argv (no shell) in the work dir, with the exec tools' scrubbed
-environment (`fisk_sm.tools.process`: no credentials but `pass_env`), in its own process group.
+environment (`fisk_sm.tools.process`: no credentials but `pass_env`), in its own process group
+and `Containment` (`fisk_sm.tools.reaper`: a cookie in its environment, a cgroup where one can
+be had).
 Messages are newline-delimited JSON-RPC on its stdin and stdout, handed to the `mcp` SDK's
 `ClientSession` as its two streams; the last bytes of its stderr are kept to explain a failed
 start. When the transport closes, the server's stdin is closed (an MCP server exits on end of
-input), it gets `STOP_GRACE` seconds to do so, and then its whole process group is killed, so
-nothing it started outlives the run. If the run's process dies without closing it, the end of
-input still reaches the server.
+input), it gets `STOP_GRACE` seconds to do so, and then its whole process group and containment
+are killed, so nothing it started outlives the run, not even what left the group (``setsid``, a
+double fork). If the run's process dies without closing it, the end of input still reaches the
+server (but what the server left in other sessions lives on).
 
 The SDK's own `stdio_client` does not give out the process, and kills the group only if the
 server outstays its grace; owning the group is why this module exists.
@@ -28,6 +31,7 @@ from mcp.client._transport import TransportStreams
 from mcp.shared.message import SessionMessage
 
 from fisk_sm.tools.process import child_env, kill_group
+from fisk_sm.tools.reaper import Containment
 
 __all__ = ["STOP_GRACE", "ServerProcess", "stdio_transport"]
 
@@ -69,13 +73,15 @@ async def _exited(process: Process, seconds: float) -> bool:
     return process.returncode is not None
 
 
-async def _stop(process: Process) -> None:
-    """Close stdin, give the server its grace, then kill its whole group and reap it."""
+async def _stop(process: Process, contained: Containment) -> None:
+    """Close stdin, give the server its grace, then kill its whole group and containment, and
+    reap it."""
     assert process.stdin is not None
     with contextlib.suppress(*_GONE):
         await process.stdin.aclose()
     await _exited(process, STOP_GRACE)
     kill_group(process.pid)  # what it left behind in its group, and itself if it is still there
+    await contained.close()  # what left the group (setsid, a double fork)
     await _exited(process, STOP_GRACE)
 
 
@@ -86,16 +92,25 @@ async def stdio_transport(
     """Start the server; yield the session's streams and the process. Raises OSError if the
     program cannot be started. Enter and leave it in one task (it holds a task group)."""
     cwd = work_dir
+    contained = Containment()
+    env = child_env(cwd, None, pass_env)
+    contained.environ(env)
     with anyio.CancelScope(shield=True):  # a started server is never left unowned
-        process = await anyio.open_process(
-            list(argv),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=cwd,
-            env=child_env(cwd, None, pass_env),
-            start_new_session=True,
-        )
+        try:
+            await contained.open()
+            process = await anyio.open_process(
+                list(argv),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=cwd,
+                env=env,
+                start_new_session=True,
+            )
+        except BaseException:
+            await contained.close()  # the cgroup made for it
+            raise
+        await contained.adopt(process.pid)
     server = ServerProcess(process.pid)
     to_session, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_stream, from_session = anyio.create_memory_object_stream[SessionMessage](0)
@@ -104,9 +119,13 @@ async def stdio_transport(
         assert process.stdout is not None
         async with to_session:
             with contextlib.suppress(*_GONE):
-                buffer = b""
+                buffer = bytearray()
                 async for chunk in process.stdout:
-                    *lines, buffer = (buffer + chunk).split(b"\n")
+                    buffer += chunk
+                    if b"\n" not in chunk:
+                        continue  # a long message: splitting it at every chunk is quadratic
+                    *lines, rest = bytes(buffer).split(b"\n")
+                    buffer = bytearray(rest)
                     for line in lines:
                         if line.strip():
                             await to_session.send(_message(line))
@@ -137,7 +156,7 @@ async def stdio_transport(
                 yield (read_stream, write_stream), server
             finally:
                 with anyio.CancelScope(shield=True):
-                    await _stop(process)
+                    await _stop(process, contained)
                 tasks.cancel_scope.cancel()
     finally:
         for stream in (read_stream, write_stream, to_session, from_session):

@@ -16,6 +16,7 @@ import attrs
 from fisk_sm.config.errors import one_line
 from fisk_sm.tools.base import Tool, ToolError
 from fisk_sm.tools.memory import (
+    MAX_CONTENT_BYTES,
     MemoryEntry,
     MemoryStaleError,
     MemoryStore,
@@ -23,7 +24,11 @@ from fisk_sm.tools.memory import (
     memory_index,
 )
 
-__all__ = ["MemoryBackend", "ThreadedMemory", "memory_tools"]
+__all__ = ["MAX_OUTPUT", "MemoryBackend", "ThreadedMemory", "memory_tools"]
+
+#: Bytes of text a memory tool's result keeps: a memory holds up to 64 KiB (MAX_CONTENT_BYTES),
+#: which JSON escaping may grow, and a read of one is not to be cut; a long listing is.
+MAX_OUTPUT = 4 * MAX_CONTENT_BYTES
 
 
 class MemoryBackend(Protocol):
@@ -164,4 +169,7 @@ def memory_tools(backend: MemoryStore | MemoryBackend) -> builtins.list[Tool]:
         (memory_write, "Store a memory for later runs (refused if the key exists).", write),
         (memory_delete, "Delete the memory stored under a key.", key_only),
     ]
-    return [Tool(fn.__name__, text, schema, fn, kind="memory") for fn, text, schema in specs]
+    return [
+        Tool(fn.__name__, text, schema, fn, kind="memory", max_output=MAX_OUTPUT)
+        for fn, text, schema in specs
+    ]

@@ -1,8 +1,10 @@
 """Running one program for an exec tool: its own process group, no shell, bounded output.
 
 The process gets stdin read-only on /dev/null, a scrubbed environment (see
-:func:`secret_env_name`; ``LLMFORMAT=1`` and ``PWD`` set), and its own process group, killed
-whole when the program exits, times out or is cancelled, so nothing it started lingers.
+:func:`secret_env_name`; ``LLMFORMAT=1`` and ``PWD`` set), and its own process group and
+`Containment` (`fisk_sm.tools.reaper`: a cookie in its environment, a cgroup where one can be
+had), both killed whole when the program exits, times out or is cancelled, so nothing it started
+lingers, not even what left the group (``setsid``, a double fork).
 stdout and stderr are merged in order; output over 64 KiB keeps the first and last 32 KiB.
 """
 
@@ -18,25 +20,24 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from fisk_sm.config.limits import MAX_OUTPUT
 from fisk_sm.config.names import always_stripped_env_name, secret_env_name
 from fisk_sm.tools.base import ToolError
+from fisk_sm.tools.output import HEAD_BYTES, TAIL_BYTES, head_and_tail
+from fisk_sm.tools.reaper import Containment
 
 __all__ = [
     "HEAD_BYTES",
     "MAX_OUTPUT",
     "TAIL_BYTES",
-    "TRUNCATION_MARKER",
     "WAIT_DELAY",
     "child_env",
     "kill_group",
     "run_command",
 ]
 
-MAX_OUTPUT = 65536
-HEAD_BYTES = TAIL_BYTES = 32768
-TRUNCATION_MARKER = "\n...[output truncated]...\n"
-#: Seconds to wait for the output pipe to close after the program exited and its group was
-#: killed (only a process that left the group, e.g. by setsid, can still hold it); then it is
+#: Seconds to wait for the output pipe to close after the program exited and its group and
+#: containment were killed (only a process that escaped both can still hold it); then it is
 #: closed and the result returned.
 WAIT_DELAY = 2.0
 
@@ -69,13 +70,11 @@ class _Capture(asyncio.SubprocessProtocol):
             self.exited.set_result(None)
 
     def output(self) -> tuple[str, bool]:
-        head, tail = (bytes(b).decode("utf-8", errors="replace") for b in (self.head, self.tail))
-        if self.total > MAX_OUTPUT:
-            return head + TRUNCATION_MARKER + tail, True
-        return head + tail, False
+        return head_and_tail(self.head, self.tail, self.total)
 
 
 _Spawned = tuple[asyncio.SubprocessTransport, _Capture]
+_Started = tuple[asyncio.SubprocessTransport, _Capture, Containment]
 #: Clean-ups of spawns cancelled midway, kept referenced until done.
 _ABANDONED: set[asyncio.Task[None]] = set()
 
@@ -111,26 +110,38 @@ def kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
-async def _kill_group(transport: asyncio.SubprocessTransport, capture: _Capture) -> None:
-    """SIGKILL the whole process group and reap its leader (the pipe is closed by the caller)."""
+async def _kill_all(
+    transport: asyncio.SubprocessTransport, capture: _Capture, contained: Containment
+) -> None:
+    """SIGKILL the whole process group and the containment, and reap the leader (the pipe is
+    closed by the caller)."""
     kill_group(transport.get_pid())
+    await contained.close()
     await asyncio.wait({capture.exited}, timeout=5)
 
 
-async def _abandon(spawn: asyncio.Future[_Spawned]) -> None:
+async def _abandon(spawn: asyncio.Future[_Spawned], contained: Containment) -> None:
     """Let a spawn whose caller was cancelled finish, then kill and reap what it started."""
     try:
         transport, capture = await spawn
     except Exception:
+        await contained.close()
         return
     try:
-        await _kill_group(transport, capture)
+        await _kill_all(transport, capture, contained)
     finally:
         transport.close()
 
 
-async def _spawn(argv: Sequence[str], cwd: Path, env: dict[str, str]) -> _Spawned:
+async def _spawn(argv: Sequence[str], cwd: Path, env: dict[str, str]) -> _Started:
     loop = asyncio.get_running_loop()
+    contained = Containment()
+    contained.environ(env)
+    try:
+        await contained.open()
+    except BaseException:
+        await contained.close()
+        raise
     # subprocess.DEVNULL would be opened read-write; the program gets nothing to write to.
     stdin = os.open(os.devnull, os.O_RDONLY)
     spawn = asyncio.ensure_future(
@@ -148,14 +159,19 @@ async def _spawn(argv: Sequence[str], cwd: Path, env: dict[str, str]) -> _Spawne
     # The child has its own copy once the spawn is done (or failed).
     spawn.add_done_callback(lambda _: os.close(stdin))
     try:
-        return await asyncio.shield(spawn)
+        transport, capture = await asyncio.shield(spawn)
+        await contained.adopt(transport.get_pid())
+        return transport, capture, contained
     except asyncio.CancelledError:
         # A cancel landing mid-spawn must not orphan a program that already runs: the spawn
         # goes on (shielded), and the clean-up too, even if this wait is cancelled again.
-        cleanup = asyncio.ensure_future(_abandon(spawn))
+        cleanup = asyncio.ensure_future(_abandon(spawn, contained))
         _ABANDONED.add(cleanup)
         cleanup.add_done_callback(_ABANDONED.discard)
         await asyncio.shield(cleanup)
+        raise
+    except BaseException:
+        await contained.close()  # the spawn failed: the cgroup made for it goes
         raise
 
 
@@ -172,17 +188,17 @@ async def run_command(
     ``env`` replaces ``os.environ`` as the base environment; either way the names for which
     :func:`secret_env_name` holds are removed, except those in ``pass_env`` (never
     ``ANTHROPIC_*``), and ``LLMFORMAT=1`` and ``PWD=<work dir>`` are set. When the program
-    exits, everything left in its process group is killed and the output it wrote is read to
-    the end. A non-zero exit is a normal result. A program that cannot start and a timeout raise
-    :class:`ToolError`; on timeout and on cancellation the whole process group is killed and
-    reaped.
+    exits, everything left in its process group and its containment (what left the group) is
+    killed, and the output it wrote is read to the end. A non-zero exit is a normal result. A
+    program that cannot start and a timeout raise :class:`ToolError`; on timeout and on
+    cancellation the whole process group and containment are killed and reaped.
     """
     if not argv:
         raise ToolError("empty command")
     command = shlex.join(argv)
     cwd = _work_dir(work_dir)
     try:
-        transport, capture = await _spawn(argv, cwd, child_env(cwd, env, pass_env))
+        transport, capture, contained = await _spawn(argv, cwd, child_env(cwd, env, pass_env))
     except (OSError, ValueError) as exc:
         reason = getattr(exc, "strerror", None) or str(exc)
         raise ToolError(f"cannot start {argv[0]!r}: {reason}") from None
@@ -192,12 +208,13 @@ async def run_command(
             # Whatever the program left behind goes with it, so that nothing lingers or holds
             # the pipe; what it wrote is still in the pipe, read up to the end of output.
             kill_group(transport.get_pid())
+            await contained.close()
             await asyncio.wait({capture.closed}, timeout=WAIT_DELAY)
     except TimeoutError:
-        await _kill_group(transport, capture)
+        await _kill_all(transport, capture, contained)
         raise ToolError(f"command timed out after {timeout:g}s: {command}") from None
     except BaseException:
-        await _kill_group(transport, capture)
+        await _kill_all(transport, capture, contained)
         raise
     finally:
         transport.close()

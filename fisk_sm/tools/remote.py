@@ -16,7 +16,9 @@ aborts the run. A remote tool keeps its bare name unless a local tool has taken 
 one host offers it; then it becomes `<alias>_<bare>`. A collision that still remains is a
 `RemoteError`. Each call is one request under the run's `call_timeout`: a timeout, no
 responders, an `{"error"}` reply or a malformed reply raise `ToolError` (an `is_error` result for
-the model); `{"result": X}` returns X. Remote tools are gated by their host, never locally.
+the model); `{"result": X}` returns X. A host's `timeout` in agent.yaml replaces `call_timeout`
+for its calls, and `max_output` caps their text (head and tail kept, as for every tool). Remote
+tools are gated by their host, never locally.
 
 Serving. `serve_tools` makes a tool host of Python tools, dispatched through `ToolBox`.
 """
@@ -39,6 +41,7 @@ from nats.errors import NoRespondersError
 
 from fisk_sm.config.agent import AgentConfig
 from fisk_sm.config.errors import one_line
+from fisk_sm.config.limits import MAX_OUTPUT
 from fisk_sm.config.names import IDENTITY_RE, SUBJECT_RE, TOOL_NAME_RE
 from fisk_sm.tools.base import Tool, ToolBox, ToolError, ToolLoadError
 from fisk_sm.tools.foreign import Offered, local_names
@@ -73,10 +76,13 @@ def _check_subject(_: Any, __: Any, value: str) -> None:
 
 @attrs.frozen
 class RemoteSpec:
-    """One tool host to import from: a local alias and the host's subject prefix."""
+    """One tool host to import from: a local alias and the host's subject prefix; `timeout`
+    (seconds, None: the import's) bounds each call, `max_output` (bytes) its result's text."""
 
     alias: str = attrs.field(validator=_check_alias)
     subject: str = attrs.field(validator=_check_subject)
+    timeout: float | None = None
+    max_output: int = MAX_OUTPUT
 
     @property
     def label(self) -> str:
@@ -189,7 +195,8 @@ async def import_remote_tools(
     """Import the tools of every host in `specs`, in spec order and each host's list order.
 
     `taken` holds the local tool names; `timeout` (the run's `call_timeout`) bounds the list
-    request and every later call. Raises RemoteError if a host fails or names still collide.
+    request and every later call (unless the host's spec has a `timeout` of its own). Raises
+    RemoteError if a host fails or names still collide.
     """
     aliases = Counter(spec.alias for spec in specs)
     doubled = sorted(alias for alias, count in aliases.items() if count > 1)
@@ -208,9 +215,10 @@ async def import_remote_tools(
             name=name,
             description=f"{offer.description} (remote: {offer.agent})".lstrip(),
             input_schema=offer.input_schema,
-            fn=_caller(nc, offer, name, timeout),
+            fn=_caller(nc, offer, name, offer.spec.timeout or timeout),
             kind="remote",
             agent=offer.agent,
+            max_output=offer.spec.max_output,
         )
         for offer, name in zip(offers, _local_names(offers, set(taken)), strict=True)
     ]
@@ -255,7 +263,10 @@ async def connect_remote_tools(
         nc = await connect_nats(config.nats.url)
     except ConnectionError as exc:
         raise RemoteError(str(exc)) from None
-    specs = [RemoteSpec(host.alias, host.subject) for host in config.remote_tools]
+    specs = [
+        RemoteSpec(host.alias, host.subject, host.timeout, host.max_output)
+        for host in config.remote_tools
+    ]
     try:
         tools = await import_remote_tools(
             nc, specs, taken=taken, timeout=config.llm.budget.call_timeout

@@ -1,0 +1,306 @@
+"""Containment: every process a tool starts, and all it starts in turn, dies with the tool.
+
+A process group is not enough: a descendant that calls ``setsid`` (or double-forks into a new
+session) leaves it. So each exec tool call and each MCP stdio server gets a `Containment`, which
+holds its descendants by up to three means, strongest first:
+
+- **a cgroup v2** (Linux, where ours is delegated to us: a writable sub-cgroup of our own
+  cgroup, with ``cgroup.kill``). The program is moved into a cgroup of its own right after it
+  starts; everything it forks from then on is in it whatever it does to its session or its
+  environment, and ``cgroup.kill`` takes them all down. Only a process with the rights to move
+  itself out escapes. Off with ``FISK_SM_CGROUP=0``.
+- **an environment cookie** (any OS with ``/proc``): ``FISK_SM_COOKIE=<our pid>-<random>`` is in
+  the program's environment and so in that of every descendant. The clean-up scans
+  ``/proc/*/environ`` and SIGKILLs every process that carries it (through a pidfd, so a recycled
+  pid is never hit), plus the descendants (by parent pid) of those it found, until a scan finds
+  none. A process that replaced its environment (``env -i``, ``execve`` with its own) escapes
+  the scan unless its parent still carried the cookie when the scan ran. This also covers what
+  forked in the instant before the move into the cgroup.
+- **the child subreaper** (Linux, ``PR_SET_CHILD_SUBREAPER``, set once per process): an orphan
+  of a tool's process is re-parented to us rather than to init, so the clean-up reaps what it
+  killed (no zombie left over, even where pid 1 does not reap). It only reaps pids it killed
+  and identified (by cookie or cgroup), never the direct child that asyncio or anyio waits for.
+
+Elsewhere (no ``/proc``), only the process group is killed (`fisk_sm.tools.process`). The
+scan, the cgroup writes and the reaping are blocking: they run in a worker thread.
+
+None of these can act once our own process is SIGKILLed. For that, each containment is also
+announced to this process's guard (`fisk_sm.tools.reaper_guard`: a small process in a session
+of its own, started on first use), which kills what is left of the containments still open when
+our process ends, however it ends. What escaped the cookie without a cgroup escapes it too; so
+does everything if the guard itself is SIGKILLed with us (``kill -9`` of both).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import functools
+import os
+import secrets
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import MutableMapping
+from pathlib import Path
+
+from fisk_sm.tools import reaper_guard
+from fisk_sm.tools.reaper_guard import COOKIE_NAME, cookies, pids, proc_stat, sigkill
+
+__all__ = ["COOKIE_NAME", "Containment", "carriers", "enable_subreaper"]
+
+#: Set to ``0`` to never use a cgroup (the cookie and the subreaper still apply).
+CGROUP_SWITCH = "FISK_SM_CGROUP"
+_PR_SET_CHILD_SUBREAPER = 36
+#: Bounds of the clean-up: scan rounds, and seconds to wait for killed processes to be reaped.
+MAX_ROUNDS = 50
+REAP_WITHIN = 5.0
+_POLL = 0.005
+
+
+@functools.cache
+def enable_subreaper() -> bool:
+    """Make this process the reaper of its descendants' orphans (Linux); whether it is."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)  # prctl is libc's, linked in
+        return bool(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
+    except (OSError, AttributeError):
+        return False
+
+
+@functools.cache
+def _cgroup_base() -> Path | None:
+    """Our own cgroup v2 directory, if we may create cgroups under it; else None."""
+    try:
+        lines = (reaper_guard.PROC / "self/cgroup").read_text().splitlines()
+        mounts = (reaper_guard.PROC / "self/mountinfo").read_text().splitlines()
+    except OSError:
+        return None
+    ours = next((line[3:] for line in lines if line.startswith("0::")), None)
+    if ours is None:
+        return None
+    for mount in mounts:
+        fields = mount.split()
+        if " - cgroup2 " in mount and len(fields) > 4:
+            root, point = fields[3], fields[4]
+            relative = os.path.relpath(ours, root) if ours.startswith(root) else None
+            if relative is None:
+                continue
+            base = Path(point) / relative if relative != "." else Path(point)
+            if os.access(base, os.W_OK) and os.access(base / "cgroup.procs", os.W_OK):
+                return base
+    return None
+
+
+def carriers(cookie: str) -> list[int]:
+    """The pids of the live processes whose environment carries `cookie`."""
+    token = cookie.encode()
+    return [pid for pid in pids() if token in cookies(pid)]
+
+
+class _Guard:
+    """This process's guard (`fisk_sm.tools.reaper_guard`), started on first use: told of
+    each containment, it kills what is left of them if this process dies without closing
+    them."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._process: subprocess.Popen[bytes] | None = None
+        self._failed = False
+
+    def tell(self, line: str) -> None:
+        """Send one announcement (from a worker thread); the first `+` starts the guard, and
+        a guard that is gone is not restarted."""
+        with self._lock:
+            if self._process is None and not self._failed and line.startswith("+"):
+                try:
+                    self._process = subprocess.Popen(
+                        [sys.executable, "-I", reaper_guard.__file__],
+                        stdin=subprocess.PIPE,
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
+                        start_new_session=True,  # the terminal's signals are not for it
+                        env={"PATH": os.defpath},  # no cookie of ours: never a carrier
+                    )
+                except OSError:
+                    self._failed = True
+            if self._process is None or self._process.stdin is None:
+                return
+            try:
+                self._process.stdin.write(line.encode() + b"\n")
+                self._process.stdin.flush()
+            except OSError:
+                self._failed = True
+
+
+_GUARD = _Guard()
+
+
+class Containment:
+    """The processes of one tool call or MCP server: the cookie its environment gets, the
+    cgroup it is moved into (where one can be had), and the clean-up that kills them all."""
+
+    def __init__(self) -> None:
+        #: The cookie's value: our pid, then a random part.
+        self.cookie = f"{os.getpid()}-{secrets.token_hex(8)}"
+        #: The cgroup directory, once made (None: no cgroup).
+        self.cgroup: Path | None = None
+        #: The direct child (reaped by whoever spawned it, never here).
+        self.root: int | None = None
+        self._opened: asyncio.Future[None] | None = None
+        self._closing: asyncio.Future[int] | None = None
+
+    def environ(self, env: MutableMapping[str, str]) -> MutableMapping[str, str]:
+        """Add the cookie to `env` (after an inherited one: a nested fisk-sm's tools carry both,
+        so the outer clean-up finds them too); returns `env`."""
+        inherited = env.get(COOKIE_NAME)
+        env[COOKIE_NAME] = f"{inherited}:{self.cookie}" if inherited else self.cookie
+        return env
+
+    async def open(self) -> None:
+        """Become the subreaper and make the cgroup (in a worker thread); before the spawn."""
+        if self._opened is None:
+            self._opened = asyncio.ensure_future(asyncio.to_thread(self._open))
+        # A cancel must not lose a cgroup being made: `close` waits for the same future.
+        await asyncio.shield(self._opened)
+
+    def _open(self) -> None:
+        if not reaper_guard.PROC.is_dir():
+            return  # neither cookie scan, cgroup nor subreaper here: the group alone
+        enable_subreaper()
+        self._make_cgroup()
+        _GUARD.tell(f"+ {self.cookie} {self.cgroup or ''}")
+
+    def _make_cgroup(self) -> None:
+        base = _cgroup_base() if os.environ.get(CGROUP_SWITCH, "1") != "0" else None
+        if base is None:
+            return
+        path = base / f"fisk-sm-{self.cookie}"
+        try:
+            path.mkdir()
+        except OSError:
+            return
+        if (path / "cgroup.kill").exists():
+            self.cgroup = path
+        else:  # before Linux 5.14: killing it whole is not possible, the cookie does it
+            with contextlib.suppress(OSError):
+                path.rmdir()
+
+    async def adopt(self, pid: int) -> None:
+        """Note `pid` as the direct child and move it into the cgroup (if any)."""
+        self.root = pid
+        if self.cgroup is not None:
+            await asyncio.to_thread(self._move, pid)
+
+    def _move(self, pid: int) -> None:
+        assert self.cgroup is not None
+        # It may be gone already, or moving it refused: the cookie remains.
+        with contextlib.suppress(OSError):
+            (self.cgroup / "cgroup.procs").write_text(f"{pid}\n")
+
+    async def close(self) -> int:
+        """Kill every process of the containment, reap what was re-parented to us, remove the
+        cgroup; never raises. Returns how many processes were killed. Idempotent."""
+        if self._opened is not None:
+            with contextlib.suppress(BaseException):
+                await asyncio.shield(self._opened)
+        if self._closing is None or self._closing.done():  # one clean-up at a time
+            self._closing = asyncio.ensure_future(asyncio.to_thread(self._close))
+        return await asyncio.shield(self._closing)
+
+    def _close(self) -> int:
+        killed: dict[int, int] = {}  # pid -> start time
+        with contextlib.suppress(OSError):
+            self._kill_cgroup(killed)
+        self._kill_carriers(killed)
+        self._reap(killed)
+        if self.cgroup is not None:
+            self._remove_cgroup()
+        _GUARD.tell(f"- {self.cookie}")
+        return len(killed)
+
+    def _kill_cgroup(self, killed: dict[int, int]) -> None:
+        if self.cgroup is None:
+            return
+        # Frozen first, so that what is listed is all there is (a frozen process cannot fork);
+        # cgroup.kill takes frozen processes too.
+        (self.cgroup / "cgroup.freeze").write_text("1\n")
+        _wait_for(self.cgroup / "cgroup.events", "frozen 1")
+        for line in (self.cgroup / "cgroup.procs").read_text().split():
+            seen = proc_stat(int(line))
+            if seen is not None:
+                killed[int(line)] = seen[2]
+        (self.cgroup / "cgroup.kill").write_text("1\n")
+
+    def _kill_carriers(self, killed: dict[int, int]) -> None:
+        token = self.cookie.encode()
+        tried = dict(killed)  # pid -> start time of those already signalled
+        for _ in range(MAX_ROUNDS):
+            table = {pid: seen for pid in pids() if (seen := proc_stat(pid)) is not None}
+            found = {pid for pid in table if token in cookies(pid)}
+            # Descendants by parent pid, so a child that replaced its environment goes too.
+            children: dict[int, list[int]] = {}
+            for pid, (_, parent, _) in table.items():
+                children.setdefault(parent, []).append(pid)
+            stack = list(found)
+            while stack:
+                for child in children.get(stack.pop(), ()):
+                    if child not in found:
+                        found.add(child)
+                        stack.append(child)
+            new = [
+                pid
+                for pid in found
+                if tried.get(pid) != table[pid][2] and table[pid][0] not in "ZX"
+            ]
+            if not new:
+                return
+            for pid in new:
+                start = tried[pid] = table[pid][2]
+                # One found by parent only is checked by start time (it has no cookie).
+                if sigkill(pid, start, token if token in cookies(pid) else None):
+                    killed[pid] = start
+
+    def _reap(self, killed: dict[int, int]) -> None:
+        """Wait until each killed process is gone; reap those that are our children by
+        re-parenting. Gives up on one whose reaper is another living process."""
+        me = os.getpid()
+        waiting = {pid: start for pid, start in killed.items() if pid != self.root}
+        deadline = time.monotonic() + REAP_WITHIN
+        while waiting and time.monotonic() < deadline:
+            for pid, start in list(waiting.items()):
+                seen = proc_stat(pid)
+                if seen is None or seen[2] != start:
+                    del waiting[pid]
+                elif seen[0] in "ZX" and seen[1] == me:
+                    with contextlib.suppress(ChildProcessError):
+                        os.waitpid(pid, os.WNOHANG)
+                elif seen[0] in "ZX" and seen[1] not in waiting and seen[1] != self.root:
+                    del waiting[pid]  # a zombie of someone else's, who will reap it
+            if waiting:
+                time.sleep(_POLL)
+
+    def _remove_cgroup(self) -> None:
+        assert self.cgroup is not None
+        _wait_for(self.cgroup / "cgroup.events", "populated 0")
+        with contextlib.suppress(OSError):
+            self.cgroup.rmdir()
+            self.cgroup = None
+
+
+def _wait_for(events: Path, line: str) -> bool:
+    """Wait (bounded) until the cgroup's `events` file has `line`; whether it came."""
+    deadline = time.monotonic() + REAP_WITHIN
+    while True:
+        try:
+            if line in events.read_text().splitlines():
+                return True
+        except OSError:
+            return False
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(_POLL)
