@@ -7,17 +7,20 @@ without reading the answers: `fetch` with `mode: 'no-cors'` and a `text/plain` J
 preflight), plain HTML forms (enctype text/plain, crafted to carry JSON, and urlencoded),
 auto-submitted into hidden frames, and a CORS `fetch` with application/json (preflighted). It
 tries to submit a run, approve a parked deploy and abort the other run, and it frames the
-dashboard. Chromium sent each POST (the test sees every answer: 403 or 415), and nothing
-happened: no new run, the journals' bytes unchanged, both runs still parked on the same
-approvals, the model never asked about the attacker's prompts, the tool never ran. The framed
-dashboard shows nothing (frame-ancestors 'none', X-Frame-Options DENY).
+dashboard. Chromium sent each of the seven simple POSTs and got an answer (a 403 the test sees,
+or one Chromium then withheld from the page: Cross-Origin-Resource-Policy, frame-ancestors);
+the CORS fetch never left (its preflight got 405). And nothing happened: no new run, the
+journals' bytes unchanged, both runs still parked on the same approvals, the model never asked
+about the attacker's prompts, the tool never ran. The framed dashboard shows nothing
+(frame-ancestors 'none', X-Frame-Options DENY).
 
 The control: the same three actions from the API's own origin (`fetch` on the dashboard page,
 application/json, what the dashboard itself sends) succeed; the dashboard, loaded, logs no
 Content-Security-Policy violation and shows a run's diagram.
 
-On the code before issue 11, the text/plain fetch and form started runs and approved the
-deploy (the API parsed any body as JSON and checked no Origin), and the dashboard framed.
+On the code before issue 11 the attack worked: the attacker's approval got a 200 (the API
+parsed any body as JSON and checked no Origin). Without the Origin and JSON-only checks, or
+without frame-ancestors and X-Frame-Options, this fails.
 """
 
 from __future__ import annotations

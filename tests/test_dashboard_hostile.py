@@ -4,16 +4,22 @@ A real `fisk-sm supervise` runs against the fake Messages API; everything the pa
 user, a model or a tool chose carries the same hostile string: markup that would run script if
 inserted as HTML (`<img onerror>`, `<script>`), a tag, and characters that would hide or
 reorder what the operator reads (U+202E RIGHT-TO-LEFT OVERRIDE and the other bidi controls, ESC,
-BEL, NEL, zero-width joiners are fine and not tested). The fields: the run's name, the prompt
+BEL, NEL; zero-width joiners are fine and not tested). The fields: the run's name, the prompt
 (the transcript's first entry), the model's text before its tool call, the tool call's input
 (the approval card and the transcript), the tool's output, the model's answer, a failed run's
-outcome (the model API's error message), and the event log. Chromium opens the dashboard, the
-runs are submitted after it loaded (so the event stream carries them), the approval is granted
-from the page, and each run's detail is opened.
+outcome (the model API's error message), and the event log. (Tool names are identifiers from
+the config, the states the machine's own, and the error box shows the API's own messages: no
+free text there.) Chromium opens the dashboard, the runs are submitted after it loaded (so the
+event stream carries them), the approval is granted from the page, and each run's detail is
+opened.
 
 No script ran (`window.__pwned` unset, no dialog, no request for the hostile image, one
 `<script>` in the document), no element came from the text, the markup shows as literal text,
-and no control or bidi character reaches the page's text raw.
+and no control or bidi character reaches the page's text raw (the page shows each as a
+\\uXXXX escape).
+
+Before issue 11 the page showed every one of them raw (this failed on U+202E in the runs
+table); putting innerHTML back in the page's `el()` fails it on the approval card.
 """
 
 from __future__ import annotations

@@ -101,8 +101,6 @@ CASES = [pytest.param(reply, problem, id=name) for name, reply, problem in [
      "body is not JSON (it holds NaN)"),
     ("usage-infinite", Reply.body(usage(output_tokens=float("-inf"))),
      "body is not JSON (it holds -Infinity)"),
-    ("lone-surrogate", Reply.raw(json.dumps(message(content=[block(TEXT, text="\ud800")]))),
-     "content[0]: holds a lone surrogate (not valid Unicode text)"),
     ("usage-a-string", Reply.body(message(usage="lots")), "usage: expected an object, got 'lots'"),
     ("usage-missing", Reply.body(message(usage=DROP)), "usage: missing"),
     ("usage-null", Reply.body(message(usage=None)), "usage: expected an object, got None"),
@@ -178,9 +176,7 @@ async def test_a_malformed_reply_fails_the_run_and_is_not_journaled(
 SOME = ("tool_use-without-id", "content-a-string", "html-200", "input_tokens-negative")
 
 
-@pytest.mark.parametrize(
-    ("reply", "problem"), cases(*SOME, "json-array", "empty-body", "lone-surrogate")
-)
+@pytest.mark.parametrize(("reply", "problem"), cases(*SOME, "json-array", "empty-body"))
 async def test_a_malformed_reply_after_a_tool_turn_leaves_a_session_that_resumes(
     api: FakeMessagesAPI, tmp_path: Path, touch: Tool, reply: Reply, problem: str
 ) -> None:
@@ -280,6 +276,32 @@ async def test_blocks_come_back_exactly_as_sent(api: FakeMessagesAPI, touch: Too
     assert json.dumps(echoed["content"]) == json.dumps(blocks)  # same keys, order and values
     turn = next(r for r in journal.records if isinstance(r, Assistant))
     assert json.dumps(turn.message["content"]) == json.dumps(blocks)
+
+
+async def test_a_lone_surrogate_from_the_model_is_replaced_before_it_is_journaled_or_sent(
+    api: FakeMessagesAPI, tmp_path: Path, touch: Tool
+) -> None:
+    """Text from the model is never refused for a lone surrogate: U+FFFD takes its place, in the
+    journal, in the tool's input and in the turn sent back (the SDK would refuse to encode it)."""
+    turn = message(
+        content=[
+            block(TEXT, text="a\ud800b"),
+            block(CALL, input={"label": "x\udfffy"}),
+        ],
+        stop_reason="tool_use",
+    )
+    api.add(Reply.raw(json.dumps(turn)), Reply.text("done"))
+    store = FileStore(tmp_path / "state")
+    options = RunOptions(tools=[touch])
+    run = await start_session(make_config(api), "do the thing", store, options, run_id="s3")
+    assert await run.run() == "completed"
+    await run.harness.journal.close()
+    assert (tmp_path / "fx").read_text() == "x\ufffdy\n"
+    text = store.path("s3").read_bytes()
+    assert b"\\ud8" not in text.lower() and b"\\udf" not in text.lower()
+    echoed = api.requests[1]["messages"][1]["content"]
+    assert echoed[0]["text"] == "a\ufffdb"
+    assert echoed[1]["input"] == {"label": "x\ufffdy"}
 
 
 async def test_a_valid_reply_may_leave_out_the_optional_fields(api: FakeMessagesAPI) -> None:

@@ -33,6 +33,7 @@ from fisk_sm.cli.main import main
 from fisk_sm.cli.report import report_html
 from fisk_sm.cli.session import record_line
 from fisk_sm.journal.base import JournalError
+from fisk_sm.journal.decode import decode
 from fisk_sm.journal.filestore import FileStore
 from fisk_sm.journal.fold import AT_INPUT
 from fisk_sm.journal.parsing import CorruptJournalError, fold_journal
@@ -61,6 +62,12 @@ CONTENTS: dict[str, bytes] = {
     + b'{"type":"assistant","seq":2,"iteration":1,"stop_reason":"tool_use",'
     b'"message":{"role":"assistant","content":[{"type":"tool_use","name":"t"}]}}\n',
     "deep": b"[" * 5000 + b"]" * 5000 + b"\n",
+    # A chat "stopped at its prompt" by a budget, then completed: no run writes this, and its
+    # replay (`diagram --session`, `report`) used to cycle between two states for ever.
+    "at-prompt": meta_line("at-prompt", interactive=True)
+    + b'{"type":"terminal","seq":2,"reason":"budget_exhausted","message":"'
+    + AT_INPUT.encode()
+    + b'"}\n{"type":"terminal","seq":3,"reason":"completed"}\n',
     # A journal that folds, but whose tool result is nested ~980 deep: the JSON parsers read it
     # on a shallow stack, and re-encoding it (a transcript, a report) overflows on a deeper one.
     "nested": meta_line("nested")
@@ -182,6 +189,11 @@ def test_records_built_in_code_that_do_not_fold_are_refused_naming_the_file() ->
     turn = Assistant(2, 1, {"role": "assistant", "content": [{"type": "tool_use"}]}, "tool_use")
     with pytest.raises(CorruptJournalError, match=r"^/j/x\.json: cannot fold: KeyError: 'id'$"):
         fold_journal(Path("/j/x.json"), [meta, turn])
+
+
+def test_a_line_nested_past_the_parsers_is_a_malformed_record() -> None:
+    with pytest.raises(ValueError, match=r"^malformed record: not JSON \(nested too deeply\)$"):
+        decode(b"[" * 5000 + b"]" * 5000)
 
 
 def fisk(*args: str) -> subprocess.CompletedProcess[str]:

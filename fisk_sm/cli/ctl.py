@@ -16,12 +16,9 @@ Human output passes every server string through the sanitizer; `--json` prints t
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import sys
-import urllib.parse
-from typing import Any
 
 from fisk_sm.cli.ctl_client import (
     DEFAULT_URL,
@@ -40,8 +37,15 @@ from fisk_sm.cli.ctl_format import (
     runs_table,
     show_run,
 )
+from fisk_sm.cli.helpformat import HelpFormatter, RawDescriptionHelpFormatter
 from fisk_sm.journal.ids import run_id_problem
 from fisk_sm.operator.sanitize import for_terminal, sanitize, say
+
+# `ctl --help` needs neither json nor urllib.parse (each imported where it is used) nor typing.
+#: `typing.TYPE_CHECKING` without importing typing (type checkers read the name as True).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = [
     "DEFAULT_URL",
@@ -67,6 +71,8 @@ def _run_path(run_id: str, *rest: str) -> str:
         raise CtlError(f"RUN: {sanitize(problem, 200)}", 2)
     if rest[1:2] and not _TOOL_USE_ID.fullmatch(rest[1]):
         raise CtlError(f"TOOL_USE_ID: not a tool_use id: {sanitize(rest[1], 80)!r}", 2)
+    import urllib.parse
+
     return "/".join(["/api/runs", *(urllib.parse.quote(p, safe="") for p in (run_id, *rest))])
 
 
@@ -145,6 +151,9 @@ def _stopped(name: str, fields: dict[str, Any]) -> bool:
 def _events(client: Client, args: argparse.Namespace) -> int:
     """`ctl events`: one line per event. With --follow, until interrupted; without, until
     every run that was queued or running (or RUN, with --run) has stopped."""
+    import json
+    import urllib.parse
+
     if args.run:
         _run_path(args.run)  # the same check as every other RUN
     query = "?" + urllib.parse.urlencode({"run": args.run}) if args.run else ""
@@ -229,16 +238,22 @@ def add_ctl_parser(subparsers: Any) -> argparse.ArgumentParser:
         + DEFAULT_URL
         + ".",
         epilog=HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=RawDescriptionHelpFormatter,  # sized without importing shutil
     )
     _global_options(ctl, None)
-    shared = argparse.ArgumentParser(add_help=False)
+    # Every parser here uses the formatters of `helpformat`: argparse makes one to check each
+    # argument it adds, and its own would import shutil.
+    shared = argparse.ArgumentParser(add_help=False, formatter_class=HelpFormatter)
     _global_options(shared, argparse.SUPPRESS)
     sub = ctl.add_subparsers(dest="ctl_command", required=True, metavar="COMMAND")
 
     def command(name: str, help: str, description: str) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = sub.add_parser(
-            name, parents=[shared], help=help, description=description
+            name,
+            parents=[shared],
+            help=help,
+            description=description,
+            formatter_class=HelpFormatter,
         )
         return parser
 

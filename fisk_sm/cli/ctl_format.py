@@ -7,12 +7,17 @@ goes through the sanitizer: one-line cells through `sanitize`, the transcript's 
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from fisk_sm.operator.sanitize import sanitize, strip_control
+
+# json is imported where a value needs it, typing never at run time: `ctl --help` imports this
+# module and needs neither.
+#: `typing.TYPE_CHECKING` without importing typing (type checkers read the name as True).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["age", "approvals_table", "event_line", "run_line", "runs_table", "show_run"]
 
@@ -27,6 +32,8 @@ def _text(value: Any, limit: int = 60) -> str:
     if value is None:
         return "-"
     if not isinstance(value, str):
+        import json
+
         value = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
     return sanitize(value, limit) or "-"
 
@@ -190,6 +197,8 @@ def event_line(name: str, fields: Mapping[str, Any], now: float | None = None) -
             value = value.get("tool")
         shown = _text(value, 80)
         if " " in shown or not shown:
+            import json
+
             shown = json.dumps(shown, ensure_ascii=False)
         parts.append(f"{_text(key, 30)}={shown}")
     return " ".join(parts)

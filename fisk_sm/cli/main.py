@@ -19,11 +19,17 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from collections.abc import Callable, Collection, Sequence
-from typing import Any, NamedTuple
 
+from fisk_sm.cli.helpformat import HelpFormatter
 from fisk_sm.cli.streams import guard_standard_streams, silence_stdout, stdout_gone
 from fisk_sm.operator.sanitize import say
+
+#: `typing.TYPE_CHECKING` without importing typing, some 4 ms `fisk-sm ctl` never needs
+#: (type checkers read the name as True).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Collection, Sequence
+    from typing import Any
 
 __all__ = ["COMMANDS", "Command", "build_parser", "main"]
 
@@ -36,15 +42,23 @@ EXIT_IO = 74
 EXIT_PIPE = 0
 
 
-class Command(NamedTuple):
-    """A command of `fisk-sm`: where its parser and its handler live, its line in `--help`."""
+class Command:
+    """A command of `fisk-sm`: where its parser and its handler live, its line in `--help`.
 
-    #: "module:function" adding the command's parser to the subparsers.
-    parser: str
-    #: "module:function" running the parsed command, returning the exit code.
-    handler: str
-    #: The one-line help `fisk-sm --help` shows (the same as the parser's own).
-    help: str
+    A plain class, not a `typing.NamedTuple`: this module must not import typing."""
+
+    __slots__ = ("handler", "help", "parser")
+
+    def __init__(self, parser: str, handler: str, help: str) -> None:
+        #: "module:function" adding the command's parser to the subparsers.
+        self.parser = parser
+        #: "module:function" running the parsed command, returning the exit code.
+        self.handler = handler
+        #: The one-line help `fisk-sm --help` shows (the same as the parser's own).
+        self.help = help
+
+    def __repr__(self) -> str:
+        return f"Command({self.parser!r}, {self.handler!r}, {self.help!r})"
 
 
 _CMD = "fisk_sm.cli.commands"
@@ -148,6 +162,7 @@ def build_parser(load: Collection[str] | None = None) -> argparse.ArgumentParser
     parser = argparse.ArgumentParser(
         prog="fisk-sm",
         description="Run an Anthropic tool-using agent loop as an explicit state machine.",
+        formatter_class=HelpFormatter,  # sized without importing shutil
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

@@ -23,8 +23,13 @@ import io
 import os
 import select
 import sys
-from collections.abc import Iterable
-from typing import Any, TextIO, cast
+
+#: `typing.TYPE_CHECKING` without importing typing, which `fisk-sm ctl` never needs otherwise
+#: (type checkers read the name as True).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from typing import Any, Literal, TextIO
 
 __all__ = ["QuietStream", "guard_standard_streams", "silence_stdout", "stdout_gone"]
 
@@ -115,9 +120,8 @@ class QuietStream(io.TextIOBase):
         return getattr(self.stream, name)
 
 
-def _reopen(fd: int, mode: str) -> TextIO:
-    stream = open(fd, mode, closefd=False, encoding="utf-8", errors="backslashreplace")  # noqa: SIM115
-    return cast(TextIO, stream)  # a text mode: `open` gives a TextIOWrapper
+def _reopen(fd: int, mode: Literal["r", "w"]) -> TextIO:
+    return open(fd, mode, closefd=False, encoding="utf-8", errors="backslashreplace")
 
 
 def guard_standard_streams() -> None:

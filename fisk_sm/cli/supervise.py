@@ -69,7 +69,8 @@ without it. The API answers only under the names it listens on (the --listen add
 localhost, 127.0.0.1 and [::1] too on loopback) and those --allow-host adds (a DNS name, a proxy):
 any other Host header gets 421, against DNS rebinding. It refuses a POST from another origin
 (403) and one that is not application/json (415). A run's config (POST /api/runs "config") must
-be a file in the directory of agent.yaml or of a --config-dir.
+be a file directly in the directory of agent.yaml or of a --config-dir (not in a directory
+below them), of at most 1 MiB and without YAML aliases; it is checked again on a restart.
 
 Gated tools park their run at the approval desk (status "parked") until an operator answers
 once, always or deny through the API; a parked run survives a restart.
@@ -135,7 +136,7 @@ def add_supervise_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser
         default=[],
         type=Path,
         metavar="DIR",
-        help="also allow submitted runs to use the agent.yaml files in DIR; repeatable",
+        help="also allow submitted runs to use the agent.yaml files directly in DIR; repeatable",
     )
     parser.add_argument(
         "--otel",
@@ -205,8 +206,8 @@ def cmd_supervise(args: argparse.Namespace) -> int:
     options = None if export is None else RunOptions(events=export.events)
     try:
         if settings is not None:
-            return asyncio.run(_main_cluster(args, config, settings, sock, app, options))
-        return asyncio.run(_main(args, config, store, sock, app, options))
+            return asyncio.run(_main_cluster(args, config, settings, sock, app, options, dirs))
+        return asyncio.run(_main(args, config, store, sock, app, options, dirs))
     finally:
         for signum in SIGNALS:
             signal.signal(signum, signal.SIG_IGN)
@@ -277,6 +278,7 @@ async def _main_cluster(
     sock: socket.socket,
     app: Callable[[Any], ControlApp],
     options: RunOptions | None = None,
+    dirs: ConfigDirs | None = None,
 ) -> int:
     from fisk_sm.journal.base import JournalError
     from fisk_sm.supervisor.cluster_setup import cluster
@@ -284,7 +286,7 @@ async def _main_cluster(
     stop = asyncio.Event()
     _on_signals(stop)
     try:
-        async with cluster(config, settings, options) as supervisor:
+        async with cluster(config, settings, options, dirs) as supervisor:
             server, serving = await serve_app(app(supervisor), sock)
             url = url_of(sock)
             if args.state_dir is not None:
@@ -307,12 +309,15 @@ async def _main(
     sock: socket.socket,
     app: Callable[[Any], ControlApp],
     options: RunOptions | None = None,
+    dirs: ConfigDirs | None = None,
 ) -> int:
     stop = asyncio.Event()
     _on_signals(stop)
     await asyncio.to_thread(store.ensure_directory)
     await asyncio.to_thread(hold_directory, store.directory)  # one supervisor per directory
-    supervisor = Supervisor(config, store, concurrency=args.concurrency, options=options)
+    supervisor = Supervisor(
+        config, store, concurrency=args.concurrency, options=options, config_dirs=dirs
+    )
     resumed = await supervisor.start()
     server, serving = await serve_app(app(supervisor), sock)
     url = url_of(sock)

@@ -16,7 +16,6 @@ from typing import Any, get_args, get_origin
 
 import attrs
 import cattrs
-import yaml
 from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
 from cattrs.gen import make_dict_structure_fn, override
 
@@ -27,6 +26,7 @@ from fisk_sm.config.limits import byte_limit_problem, parse_timeout
 from fisk_sm.config.mcp import McpServer, check_mcp_servers, structure_argv
 from fisk_sm.config.names import CRASH_POLICIES, IDENTITY_RE, check_base_url
 from fisk_sm.config.telemetry import TelemetryConfig
+from fisk_sm.config.yamlfile import read_yaml
 
 __all__ = [
     "AgentConfig",
@@ -382,22 +382,18 @@ def parse_config(
 
 
 def load_config(
-    path: str | os.PathLike[str], *, env: Mapping[str, str] | None = None
+    path: str | os.PathLike[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    follow: bool = True,
 ) -> AgentConfig:
-    """Read and validate the YAML file at ``path``; the result's ``path`` is absolute."""
+    """Read and validate the YAML file at ``path``; the result's ``path`` is absolute. The file
+    is read once, capped and alias-free (`fisk_sm.config.yamlfile`); ``follow=False`` refuses a
+    symlink (a path the caller already resolved and checked)."""
     source = str(path)
+    data = read_yaml(path, source, follow=follow)
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(source, "(file)", exc.strerror or str(exc)) from exc
-    except UnicodeDecodeError as exc:
-        raise ConfigError(source, "(file)", f"not valid UTF-8 ({exc.reason})") from exc
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        what = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError(source, "(yaml)", f"invalid YAML: {where}{what}") from exc
-    config = parse_config(data, source=source, env=env)
+        config = parse_config(data, source=source, env=env)
+    except RecursionError:  # a backstop: read_yaml caps the nesting already
+        raise ConfigError(source, "(yaml)", "nested too deeply") from None
     return attrs.evolve(config, path=Path(path).absolute())

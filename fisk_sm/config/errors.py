@@ -8,6 +8,7 @@ validator raising it, and `parse_duration` reads Go-style durations.
 from __future__ import annotations
 
 import re
+import reprlib
 from collections.abc import Callable
 from typing import Any
 
@@ -28,9 +29,29 @@ def one_line(text: object, limit: int | None = None) -> str:
     return flat if limit is None or len(flat) <= limit else flat[: limit - 1] + "…"
 
 
+def _short_repr() -> reprlib.Repr:
+    shown = reprlib.Repr()
+    shown.maxlevel, shown.maxstring, shown.maxother, shown.maxlong = 3, 60, 60, 60
+    shown.maxlist = shown.maxtuple = shown.maxdict = shown.maxset = shown.maxfrozenset = 6
+    return shown
+
+
+_SHORT = _short_repr()
+
+
 def show(value: object) -> str:
-    """A short repr of a bad value for an error message."""
-    text = repr(value)
+    """A short repr of a bad value for an error message. Bounded work, whatever the value: a
+    YAML alias tree (a few hundred bytes, shared lists billions of items deep when expanded) is
+    never walked whole, nor is a long string copied."""
+    if isinstance(value, str | bytes):
+        text = repr(value[:80])  # a prefix's repr is the repr's prefix (all that is shown)
+    elif isinstance(value, bool | float | type(None)):
+        text = repr(value)
+    else:  # containers (depth and width cut), ints (digits cut)
+        try:
+            text = _SHORT.repr(value)
+        except ValueError:  # an int past sys.get_int_max_str_digits(), maybe deep inside
+            text = f"<{type(value).__name__} too long to show>"
     return text if len(text) <= 60 else text[:57] + "..."
 
 

@@ -4,6 +4,7 @@ and `encode`)."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import attrs
@@ -40,6 +41,10 @@ else:
     _fast_loads = _Decoder().decode
 
 
+# The JSON escape of a surrogate (a pair, or a lone one that `scrub_json` replaces)
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
 def _loads(line: str | bytes) -> Any:
     """`json.loads`, through msgspec when it can (it reads every value as the stdlib does,
     integers beyond 64 bits included); anything it refuses (NaN, 1e400, the escape of a lone
@@ -50,7 +55,9 @@ def _loads(line: str | bytes) -> Any:
     try:
         return _fast_loads(line)
     except ValueError:  # msgspec.DecodeError is one
-        return scrub_json(json.loads(line))
+        data = json.loads(line)
+        text = line if isinstance(line, str) else line.decode("utf-8", "replace")
+        return scrub_json(data) if _SURROGATE_ESCAPE.search(text) else data
 
 
 def _mapping(value: Any) -> dict[str, Any]:

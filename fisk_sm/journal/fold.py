@@ -142,6 +142,7 @@ def fold(records: Sequence[Record]) -> Snapshot:
             merge_user(data.messages, record.message)
             data.follow_ups += 1
         elif isinstance(record, Terminal):
+            _check_terminal(record)
             terminal = record
     state = _resume_state(data, turn, started, asked, answers)
     if turn is not None and state == States.SUSPEND_CHECK:
@@ -160,6 +161,27 @@ def fold(records: Sequence[Record]) -> Snapshot:
         created=meta.created,
         fingerprint=meta.fingerprint,
     )
+
+
+#: The reasons a terminal record can give: the machine's terminal states.
+_ENDS = frozenset(
+    (
+        States.COMPLETED,
+        States.SUSPENDED,
+        States.FAILED,
+        States.BUDGET_EXHAUSTED,
+        States.ITERATIONS_EXHAUSTED,
+    )
+)
+
+
+def _check_terminal(record: Terminal) -> None:
+    """A run only ever ends in a terminal state, and only a suspend stops a chat at its prompt:
+    anything else was not written by a run, and no replay of it could be trusted."""
+    if record.reason not in _ENDS:
+        raise FoldError(f"a terminal record with reason {record.reason!r} at seq {record.seq}")
+    if record.message == AT_INPUT and record.reason != States.SUSPENDED:
+        raise FoldError(f"a {record.reason} record at the prompt at seq {record.seq}")
 
 
 def _resume_state(

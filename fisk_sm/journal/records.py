@@ -7,23 +7,28 @@ and not with its square. Each record carries its `seq` (1 for meta, then +1 per 
 On disk an `assistant` record keeps its token tiers as four top-level keys (the layout every
 journal has had); in Python they are one `usage: Usage`. Two cattrs hooks on `Assistant` move
 between the two, registered before the tagged union is configured, because the union captures
-each class's hooks when it is built. `encode` goes through that converter; `decode` is
-hand-specialised (see below) and held to the converter's results by tests/test_journal_decode.py.
+each class's hooks when it is built. `encode` is hand-specialised and falls back on that
+converter only for a value it cannot write; `decode` is hand-specialised too
+(`fisk_sm.journal.decode`). tests/test_journal_decode.py holds both to the converter's results.
+
+The converter is built on first use (`converter`, a lazy module attribute), not at import:
+building it (the tagged union, its generated functions) cost some 15 ms of every start.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
-import cattrs
-from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
-from cattrs.strategies import configure_tagged_union
 
 from fisk_sm.config.text import scrub_json
 from fisk_sm.events.usage import Usage
+
+if TYPE_CHECKING:
+    import cattrs
 
 __all__ = [
     "FORMAT_VERSION",
@@ -187,40 +192,59 @@ _TAGS = {
     Terminal: "terminal",
 }
 
-converter = cattrs.Converter(forbid_extra_keys=True)
-
 _TIERS = tuple(f.name for f in attrs.fields(Usage))
-_nested_out = make_dict_unstructure_fn(Assistant, converter)
-_nested_in = make_dict_structure_fn(Assistant, converter, _cattrs_forbid_extra_keys=True)
 
 
-def _flat_assistant(record: Assistant) -> dict[str, Any]:
-    data: dict[str, Any] = _nested_out(record)
-    data.update(data.pop("usage"))  # usage is the last field: the tiers keep their place
-    return data
+@functools.cache
+def _converter() -> cattrs.Converter:
+    """The records' cattrs converter (the tagged union on `type`), built on the first call."""
+    import cattrs
+    from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
+    from cattrs.strategies import configure_tagged_union
+
+    converter = cattrs.Converter(forbid_extra_keys=True)
+    nested_out = make_dict_unstructure_fn(Assistant, converter)
+    nested_in = make_dict_structure_fn(Assistant, converter, _cattrs_forbid_extra_keys=True)
+
+    def flat_assistant(record: Assistant) -> dict[str, Any]:
+        data: dict[str, Any] = nested_out(record)
+        data.update(data.pop("usage"))  # usage is the last field: the tiers keep their place
+        return data
+
+    def nested_assistant(data: dict[str, Any], cls: type[Assistant]) -> Assistant:
+        if "usage" in data:  # not a key on disk: the tiers are
+            raise ValueError(f"Extra fields in constructor for {cls.__name__}: usage")
+        rest = dict(data)
+        usage = {tier: rest.pop(tier) for tier in _TIERS if tier in rest}
+        record: Assistant = nested_in({**rest, "usage": usage}, cls)
+        return record
+
+    # Registered before the tagged union is configured: the union captures each class's hooks.
+    converter.register_unstructure_hook(Assistant, flat_assistant)
+    # `interactive` is written only for a chat: a one-shot meta is the line it always was.
+    converter.register_unstructure_hook(
+        Meta, make_dict_unstructure_fn(Meta, converter, interactive=override(omit_if_default=True))
+    )
+    converter.register_structure_hook(Assistant, nested_assistant)
+    configure_tagged_union(
+        Record,
+        converter,
+        tag_generator=lambda cls: _TAGS[cls],
+        tag_name="type",
+    )
+    return converter
 
 
-def _nested_assistant(data: dict[str, Any], cls: type[Assistant]) -> Assistant:
-    if "usage" in data:  # not a key on disk: the tiers are
-        raise ValueError(f"Extra fields in constructor for {cls.__name__}: usage")
-    rest = dict(data)
-    usage = {tier: rest.pop(tier) for tier in _TIERS if tier in rest}
-    record: Assistant = _nested_in({**rest, "usage": usage}, cls)
-    return record
+if TYPE_CHECKING:
+    #: The records' cattrs converter (module attribute, built on first access).
+    converter: cattrs.Converter
+else:
 
-
-converter.register_unstructure_hook(Assistant, _flat_assistant)
-# `interactive` is written only for a chat: a one-shot meta is the line it always was.
-converter.register_unstructure_hook(
-    Meta, make_dict_unstructure_fn(Meta, converter, interactive=override(omit_if_default=True))
-)
-converter.register_structure_hook(Assistant, _nested_assistant)
-configure_tagged_union(
-    Record,
-    converter,
-    tag_generator=lambda cls: _TAGS[cls],
-    tag_name="type",
-)
+    def __getattr__(name: str) -> Any:
+        """`converter`, built on first access (PEP 562); no other name is lazy."""
+        if name == "converter":
+            return _converter()
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 _FIELD_NAMES = {cls: tuple(f.name for f in attrs.fields(cls)) for cls in _TAGS}
@@ -248,7 +272,7 @@ def encode(record: Record) -> str:
         # ensure_ascii=False: non-Latin text would double in size as \u escapes.
         line = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
     except TypeError:  # a value only the converter can make JSON of (an attrs object in a dict)
-        data = converter.unstructure(record, Record)
+        data = _converter().unstructure(record, Record)
         line = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
     if not line.isascii():
         try:

@@ -8,14 +8,17 @@ actions, which keeps a step O(1); `Snapshot` is its frozen, JSON-ready copy.
 
 from __future__ import annotations
 
+import functools
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
-import cattrs
 
 from fisk_sm.config.states import States
 from fisk_sm.events.usage import Usage
+
+if TYPE_CHECKING:  # the converter is built on first use (`to_json`, `from_json`), not at import
+    import cattrs
 
 __all__ = ["Message", "RunData", "Snapshot", "Usage", "tool_uses"]
 
@@ -132,12 +135,12 @@ class Snapshot:
 
     def to_json(self) -> str:
         """The snapshot as JSON (`Snapshot.from_json` reads it back)."""
-        return json.dumps(_converter.unstructure(self))
+        return json.dumps(_converter().unstructure(self))
 
     @classmethod
     def from_json(cls, text: str | bytes) -> Snapshot:
         """Read a snapshot written by `to_json`."""
-        snapshot: Snapshot = _converter.structure(json.loads(text), cls)
+        snapshot: Snapshot = _converter().structure(json.loads(text), cls)
         return snapshot
 
     @classmethod
@@ -157,4 +160,11 @@ def _copy(value: Any, sequence: type) -> Any:
 
 
 _DATA_FIELDS = tuple(f.name for f in attrs.fields(RunData))
-_converter = cattrs.Converter()
+
+
+@functools.cache
+def _converter() -> cattrs.Converter:
+    """The snapshot's cattrs converter, built on the first `to_json` or `from_json`."""
+    import cattrs
+
+    return cattrs.Converter()

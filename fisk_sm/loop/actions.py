@@ -7,9 +7,8 @@ the run's data; it never chooses the next state, which is the guards' job. Each 
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from fisk_sm.events.types import MessageReceived, ToolCalled, ToolFinished, WarningRaised, wants
 from fisk_sm.journal.fold import approval_of, merge_user
@@ -35,6 +34,9 @@ from fisk_sm.operator.prompter import Approval, PromptCancelled
 from fisk_sm.tools.base import Outcome, Tool
 from fisk_sm.tools.gate import Audit, denial
 
+if TYPE_CHECKING:
+    import asyncio
+
 __all__ = ["ACTIONS", "INTERRUPTED", "Inbox", "InputSource", "Phase"]
 
 #: Where a chat's next prompt comes from: the text, or None when the user ends the chat.
@@ -48,6 +50,8 @@ class Inbox:
     `awaiting_input` takes the next text posted, in order. Use it on the run's event loop."""
 
     def __init__(self) -> None:
+        import asyncio
+
         self._texts: asyncio.Queue[str | None] = asyncio.Queue()
 
     def put(self, text: str | None) -> None:

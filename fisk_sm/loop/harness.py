@@ -16,7 +16,6 @@ event sink, a suspend source, a prompter) travels as one frozen `RunOptions` rec
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 import importlib.util
 import os
@@ -31,21 +30,17 @@ from fisk_sm.journal.base import Journal, MemoryJournal
 from fisk_sm.model.anthropic import AnthropicModel, ModelClient, ModelRequest, build_request
 from fisk_sm.operator.prompter import NoOperator, Prompter
 from fisk_sm.tools.base import Tool, ToolBox, ToolLoadError, load_tool
-from fisk_sm.tools.exec import exec_tool
 from fisk_sm.tools.gate import Gate
 from fisk_sm.tools.hitl import HITL_NOTE, hitl_tools
-from fisk_sm.tools.memory import (
-    MEMORY_NOTE,
-    MemoryStore,
-    MemoryStoreError,
-    default_memory_directory,
-    memory_index,
-)
-from fisk_sm.tools.memory_tools import MemoryBackend, memory_tools
 
+# The exec and memory tools are imported when agent.yaml configures them, not with the core:
+# the exec tool's process machinery (the reaper, ctypes, secrets, shlex) alone costs some 10 ms.
 if TYPE_CHECKING:
+    import asyncio
     from fisk_sm.tools.mcp import McpServers
+    from fisk_sm.tools.memory import MemoryStore
     from fisk_sm.tools.memory_kv import KVMemoryStore
+    from fisk_sm.tools.memory_tools import MemoryBackend
 
 __all__ = ["Harness", "NoModel", "RunOptions", "configured_tools"]
 
@@ -76,6 +71,8 @@ def configured_tools(config: AgentConfig) -> list[Tool]:
                 raise ConfigError(source, f"tools[{index}].python", str(exc)) from None
             tools.append(loaded)
         else:
+            from fisk_sm.tools.exec import exec_tool
+
             tools.append(exec_tool(spec, work_dir=config.work_dir))
     return tools
 
@@ -141,6 +138,8 @@ DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
 def memory_store(config: AgentConfig) -> MemoryStore | KVMemoryStore:
     """The memory store of `config`'s identity and backend; builds no connection (a KV store
     connects on its first operation). `jetstream` without nats-py is a `ConfigError`."""
+    from fisk_sm.tools.memory import MemoryStore, default_memory_directory
+
     memory = config.harness.memory
     if memory.backend == "file":
         directory = config.memory_directory or default_memory_directory(config.identity)
@@ -205,6 +204,9 @@ class Harness:
             if not prompter.available:
                 warnings.append(("hitl_no_terminal", "", "nobody can answer ask_human_* tools"))
         if harness.memory.enabled:
+            from fisk_sm.tools.memory import MEMORY_NOTE, MemoryStore, memory_index
+            from fisk_sm.tools.memory_tools import memory_tools
+
             store = memory_store(config)
             candidates += memory_tools(store)
             system.append(_text(MEMORY_NOTE))
@@ -245,6 +247,8 @@ class Harness:
         if not self.mcp_pending:
             return
         self.mcp_pending = False
+        import asyncio
+
         # Importing the SDK takes a while: a worker thread's time, not the loop's.
         await asyncio.to_thread(importlib.import_module, "fisk_sm.tools.mcp")
         from fisk_sm.tools.mcp import McpServers
@@ -269,6 +273,8 @@ class Harness:
         if not self.index_pending or self.memory is None:
             return
         self.index_pending = False
+        from fisk_sm.tools.memory import MemoryStoreError
+
         try:
             index = await self.memory.index()
         except (MemoryStoreError, OSError) as exc:

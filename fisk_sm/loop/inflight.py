@@ -11,9 +11,11 @@ Cancelling the task that drives the run (a second signal) is not a suspend: it p
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Coroutine
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    import asyncio
 
 __all__ = ["CallCancelled", "InFlight"]
 
@@ -40,6 +42,8 @@ class InFlight:
 
     async def run(self, request: Coroutine[Any, Any, T]) -> T:
         """Await `request` as a cancellable task; `CallCancelled` if `cancel()` stopped it."""
+        import asyncio
+
         if self.cancel_requested:
             request.close()
             raise CallCancelled

@@ -15,7 +15,6 @@ put back after the call, and `close()` releases the copy on the loop that made i
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -28,6 +27,7 @@ from fisk_sm.machine.evaluator import Step
 from fisk_sm.model.anthropic import AnthropicModel
 
 if TYPE_CHECKING:
+    import asyncio
     from fisk_sm.loop.run import Run
     from fisk_sm.loop.stops import Stops
 
@@ -37,6 +37,8 @@ T = TypeVar("T")
 
 
 def _loop_running() -> bool:
+    import asyncio
+
     try:
         asyncio.get_running_loop()
     except RuntimeError:
@@ -51,6 +53,8 @@ class SyncRun:
     """
 
     def __init__(self, run: Run) -> None:
+        import asyncio
+
         self.run_ = run
         self._runner = asyncio.Runner()
         self._helper: concurrent.futures.ThreadPoolExecutor | None = None
@@ -79,6 +83,8 @@ class SyncRun:
 
     async def _bound(self, make: Callable[[], Awaitable[T]]) -> T:
         """Run `make()` with the run's model swapped for its copy on this (private) loop."""
+        import asyncio
+
         self._task = asyncio.current_task()
         harness = self.run_.harness
         original = harness.model

@@ -19,7 +19,6 @@ goes through the same `parse_reply`: the journal gets the whole turn, never a pa
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any, Protocol
@@ -31,6 +30,7 @@ from fisk_sm.model.clients import ClientShare, acquire, client_key
 from fisk_sm.model.reply import ModelError, one_line, parse_reply
 
 if TYPE_CHECKING:  # the SDK is imported when a model is built (`clients.warm_up`: off the loop)
+    import asyncio
     import anthropic
 
 __all__ = ["AnthropicModel", "ModelClient", "ModelError", "ModelRequest", "build_request"]
@@ -158,6 +158,8 @@ class AnthropicModel:
 
     async def create(self, request: ModelRequest) -> dict[str, Any]:
         """One call; every failure becomes a `ModelError` naming what went wrong in one line."""
+        import asyncio
+
         import anthropic
 
         deadline = self.llm.budget.call_timeout

@@ -15,7 +15,6 @@ before `asyncio.run`) gets a client of its own.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import weakref
 from typing import TYPE_CHECKING
@@ -25,6 +24,7 @@ import attrs
 from fisk_sm.config.agent import LLMConfig
 
 if TYPE_CHECKING:  # the SDK takes a second or two to import: `warm_up` does it off the loop
+    import asyncio
     import anthropic
 
 __all__ = ["ClientKey", "ClientShare", "acquire", "client_key", "warm_up"]
@@ -88,6 +88,8 @@ _BY_LOOP: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopClients] = (
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:
+    import asyncio
+
     try:
         return asyncio.get_running_loop()
     except RuntimeError:
@@ -143,6 +145,8 @@ def _build(key: ClientKey, options: Options, client: anthropic.AsyncAnthropic | 
 async def warm_up(llm: LLMConfig, api_key: str | None = None, max_retries: int = 2) -> None:
     """Build this loop's shared client for `llm` and its view (importing the SDK) in a worker
     thread. Concurrent calls for one key share one build; what is already there is kept."""
+    import asyncio
+
     key = client_key(llm.base_url, api_key)
     options = (llm.budget.call_timeout, max_retries)
     clients = _BY_LOOP.setdefault(asyncio.get_running_loop(), _LoopClients())

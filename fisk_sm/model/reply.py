@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from fisk_sm.config.errors import one_line as flat_line
+from fisk_sm.config.text import scrub_json
 
 __all__ = ["PREFIX", "MalformedReply", "ModelError", "check_reply", "one_line", "parse_reply"]
 
@@ -152,7 +153,10 @@ def parse_reply(data: bytes) -> dict[str, Any]:
         raise MalformedReply(f"{PREFIX}body is not JSON") from None
     reply = check_reply(body)
     if _SURROGATE_ESCAPE.search(data):
-        _check_encodable(reply)
+        # Text from the model is never refused for a lone surrogate: it is replaced with U+FFFD
+        # before anything is journaled or sent back (`fisk_sm.config.text`, one rule per channel).
+        scrubbed: dict[str, Any] = scrub_json(reply)
+        return scrubbed
     return reply
 
 
@@ -163,16 +167,3 @@ class _NotANumber(ValueError):
 def _no_constant(name: str) -> object:
     """Refuse NaN and Infinity: Python's JSON reads them, but no request can send them back."""
     raise _NotANumber(name)
-
-
-def _check_encodable(reply: dict[str, Any]) -> None:
-    """Refuse a lone surrogate escape: such a string cannot be written to a UTF-8 journal."""
-    parts = [(f"content[{i}]", block) for i, block in enumerate(reply["content"])]
-    parts += [
-        (key if key.isidentifier() else _show(key), {key: value}) for key, value in reply.items()
-    ]
-    for where, value in parts:
-        try:
-            json.dumps(value, ensure_ascii=False).encode()
-        except UnicodeEncodeError:
-            raise _fail(where, "holds a lone surrogate (not valid Unicode text)") from None

@@ -8,18 +8,20 @@ that asks the operator to approve it.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import enum
 import sys
 import threading
 from collections.abc import Sequence
-from typing import Any, Protocol, TextIO
+from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 import attrs
 
 from fisk_sm.config.text import UnencodableText, refuse_unencodable
 from fisk_sm.operator.sanitize import is_terminal, sanitize, strip_control
+
+if TYPE_CHECKING:
+    import asyncio
 
 __all__ = [
     "NO_OPERATOR",
@@ -178,6 +180,8 @@ class ScriptedPrompter:
 async def _read_line(stream: TextIO) -> str:
     """One line from `stream`, read in a daemon thread: a prompt abandoned by a suspend leaves
     the thread blocked on the terminal, and a daemon thread does not keep the process alive."""
+    import asyncio
+
     loop = asyncio.get_running_loop()
     future: asyncio.Future[str] = loop.create_future()
 

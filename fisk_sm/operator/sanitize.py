@@ -13,7 +13,12 @@ from __future__ import annotations
 import re
 import sys
 import unicodedata
-from typing import Any
+
+#: `typing.TYPE_CHECKING` without importing typing, which `fisk-sm ctl` never needs otherwise
+#: (type checkers read the name as True).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["for_terminal", "is_terminal", "make_visible", "sanitize", "say", "strip_control"]
 

@@ -22,7 +22,7 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import ASGIApp
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from fisk_sm.config.errors import ConfigError, one_line
 from fisk_sm.journal.base import JournalError
@@ -34,6 +34,7 @@ from fisk_sm.operator.sanitize import say as log_line
 from fisk_sm.supervisor.bodies import BadRequest, field, read_object
 from fisk_sm.supervisor.confine import ConfigDirs, NotAllowed
 from fisk_sm.supervisor.desk import ANSWERS
+from fisk_sm.supervisor.hub import EventHub, Subscriber
 from fisk_sm.supervisor.methods import MethodGuard, allowed_methods, not_allowed
 from fisk_sm.supervisor.openapi import openapi_document
 from fisk_sm.supervisor.page import DASHBOARD, Page, load_page
@@ -41,6 +42,7 @@ from fisk_sm.supervisor.security import (
     LOOPBACK_NAMES,
     BodyLimit,
     HostGuard,
+    HttpOnly,
     JsonOnly,
     OriginGuard,
     SecurityHeaders,
@@ -92,11 +94,36 @@ def _errors(handler: Handler) -> Handler:
 
 
 class ControlApp(Starlette):
-    """The API's Starlette app, with `SecurityHeaders` outside everything (500s included)."""
+    """The API's Starlette app, with `SecurityHeaders` outside everything (500s included) and
+    `HttpOnly` outside that (no WebSocket reaches a route)."""
 
     def build_middleware_stack(self) -> ASGIApp:
-        """Starlette's stack, wrapped in `SecurityHeaders`."""
-        return SecurityHeaders(super().build_middleware_stack())
+        """Starlette's stack, wrapped in `SecurityHeaders`, then `HttpOnly`."""
+        return HttpOnly(SecurityHeaders(super().build_middleware_stack()))
+
+
+class EventStream(EventSourceResponse):
+    """The event stream of `hub` (one run's, or all): subscribed only while the response runs,
+    and unsubscribed however it ends. (Subscribing in the handler leaked the subscriber of a
+    `HEAD`, which sse_starlette answers without ever starting the stream.)"""
+
+    def __init__(self, hub: EventHub, run_id: str | None) -> None:
+        self.hub, self.run_id = hub, run_id
+        self.subscriber: Subscriber | None = None
+        super().__init__(self._items(), ping=15)
+
+    async def _items(self) -> AsyncIterator[dict[str, str]]:
+        assert self.subscriber is not None  # set by __call__ before the stream starts
+        async for name, data in self.subscriber.items():
+            yield {"event": name, "data": data}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Subscribe, answer, unsubscribe (a client gone, a HEAD, the hub closed)."""
+        self.subscriber = self.hub.subscribe(self.run_id)
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.hub.unsubscribe(self.subscriber)
 
 
 def build_app(
@@ -210,16 +237,7 @@ def build_app(
             except InvalidIdError as exc:
                 raise BadRequest(f"run: {exc}") from None
             supervisor.get(run_id)
-        subscriber = supervisor.hub.subscribe(run_id)
-
-        async def stream() -> AsyncIterator[dict[str, str]]:
-            try:
-                async for name, data in subscriber.items():
-                    yield {"event": name, "data": data}
-            finally:
-                supervisor.hub.unsubscribe(subscriber)
-
-        return EventSourceResponse(stream(), ping=15)
+        return EventStream(supervisor.hub, run_id)
 
     async def openapi(request: Request) -> Response:
         return JSONResponse(openapi_document())
@@ -250,10 +268,11 @@ def build_app(
     ]
     middleware = [
         Middleware(HostGuard, allowed=hosts),
+        # the token right after Host: without it a client learns nothing (not even the routes)
+        *([Middleware(TokenGuard, token=token)] if token else []),
         Middleware(MethodGuard, routes=routes),  # 405 before the checks of a POST's body
         Middleware(OriginGuard),
         Middleware(JsonOnly),
-        *([Middleware(TokenGuard, token=token)] if token else []),
         Middleware(BodyLimit, limit=MAX_BODY),
     ]
     handlers = {404: _not_found, 405: _not_allowed, Exception: _failed}

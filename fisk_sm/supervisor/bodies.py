@@ -68,13 +68,23 @@ def check_text(value: Any, name: str = "body") -> None:
             stack.extend((inner, f"{where}[{n}]") for n, inner in enumerate(item))
 
 
+def _reason(exc: ValueError) -> str:
+    """Why `json.loads` refused: its own message, or what the other `ValueError`s mean."""
+    if isinstance(exc, json.JSONDecodeError):
+        return exc.msg
+    if isinstance(exc, UnicodeDecodeError):
+        return "not UTF-8"
+    if "integer string conversion" in str(exc):  # past sys.get_int_max_str_digits()
+        return "integer too long"
+    return " ".join(str(exc).split())[:80]
+
+
 def _parse(raw: bytes) -> dict[str, Any]:
     check_depth(raw)
     try:
         body = json.loads(raw) if raw.strip() else None
     except ValueError as exc:  # UnicodeDecodeError too: bytes that are no UTF-8
-        reason = exc.msg if isinstance(exc, json.JSONDecodeError) else "not UTF-8"
-        raise BadRequest(f"body: not valid JSON ({reason})") from None
+        raise BadRequest(f"body: not valid JSON ({_reason(exc)})") from None
     if not isinstance(body, dict):
         raise BadRequest("body: must be a JSON object")
     check_text(body)

@@ -24,6 +24,7 @@ from fisk_sm.journal.jetstream_stream import connect_nats
 from fisk_sm.loop.harness import RunOptions
 from fisk_sm.supervisor.approvals_kv import SharedDesk
 from fisk_sm.supervisor.cluster import ClusterSupervisor
+from fisk_sm.supervisor.confine import ConfigDirs
 from fisk_sm.supervisor.lease import Leases
 from fisk_sm.supervisor.workqueue import DEFAULT_QUEUE_STREAM, DEFAULT_QUEUE_SUBJECT, WorkQueue
 
@@ -73,10 +74,13 @@ async def _bucket(js: object, name: str) -> KeyValue:
 
 @contextlib.asynccontextmanager
 async def cluster(
-    config: AgentConfig, settings: ClusterSettings, options: RunOptions | None = None
+    config: AgentConfig,
+    settings: ClusterSettings,
+    options: RunOptions | None = None,
+    config_dirs: ConfigDirs | None = None,
 ) -> AsyncIterator[ClusterSupervisor]:
     """A started `ClusterSupervisor` on one connection to `settings.url`, closed on exit
-    (after its `shutdown`, which the caller does)."""
+    (after its `shutdown`, which the caller does); its run configs confined to `config_dirs`."""
     nc = await connect_nats(settings.url, settings.timeout)
     try:
         store = await JetStreamStore.connect(
@@ -103,6 +107,7 @@ async def cluster(
             concurrency=settings.concurrency,
             options=options,
         )
+        supervisor.config_dirs = config_dirs  # before start: a takeover loads configs too
         await supervisor.start()
         yield supervisor
     finally:

@@ -3,10 +3,12 @@
 A client of the control API (or of an MCP server over the supervisor) names a run's config by
 path. Left open, that reads any file the supervisor can read, and an error quoting the file
 would hand its first line out. `ConfigDirs.confine` allows a path only if, with every symlink
-resolved, it is a regular file inside one of the allowed directories (the supervisor's own
-agent.yaml directory, and any added with `--config-dir`). A relative path is taken from the
-supervisor's agent.yaml directory. Every refusal is the same `NotAllowed`, so a client learns
-nothing about files outside (not even whether they exist).
+resolved, it is a regular file directly in one of the allowed directories (the supervisor's own
+agent.yaml directory, and any added with `--config-dir`; not in a directory below them). A
+relative path is taken from the supervisor's agent.yaml directory. Every refusal is the same
+`NotAllowed`, so a client learns nothing about files outside (not even whether they exist).
+`ConfigDirs.load` confines, then reads the resolved path through one open that follows no
+symlink: a file swapped for a symlink (or a FIFO) after the check is refused, not read.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import attrs
+
+from fisk_sm.config.agent import AgentConfig, load_config
 
 __all__ = ["ConfigDirs", "NotAllowed"]
 
@@ -49,6 +53,11 @@ class ConfigDirs:
             regular = resolved.is_file()
         except (OSError, RuntimeError, ValueError):  # missing, a symlink loop, unreadable
             raise NotAllowed(text) from None
-        if not regular or not any(resolved.is_relative_to(d) for d in self.allowed):
+        if not regular or resolved.parent not in self.allowed:
             raise NotAllowed(text)
         return resolved
+
+    def load(self, text: str) -> AgentConfig:
+        """The config `text` names, confined (`NotAllowed`) and read without following a
+        symlink (`ConfigError`) (blocking: call it off the loop)."""
+        return load_config(self.confine(text), follow=False)

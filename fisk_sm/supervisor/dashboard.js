@@ -2,7 +2,15 @@
 // Every string from the server is inserted with textContent (never innerHTML): a run's name,
 // a prompt or a model's answer may hold markup.
 (function () {
-  const token = new URLSearchParams(location.search).get("token");
+  const query = new URLSearchParams(location.search);
+  const token = query.get("token");
+  if (token !== null) {
+    // Kept in memory only: out of the address bar and the history (a shared screen, a copied
+    // link). A reload needs the ?token= link again (the page itself is behind the token).
+    query.delete("token");
+    const rest = query.toString();
+    history.replaceState(null, "", location.pathname + (rest ? "?" + rest : "") + location.hash);
+  }
   const headers = token ? { Authorization: "Bearer " + token } : {};
   const runs = new Map();          // run_id -> Run, with .seenAt (ms) for the age column
   let selected = null;             // the run shown in the detail pane

@@ -1,5 +1,12 @@
 """The OpenAPI 3.1 document of the control API, written by hand next to the routes it describes
-(`fisk_sm.supervisor.api`); a test checks that every route is in it and that it validates."""
+(`fisk_sm.supervisor.api`); a test checks that every route is in it and that it validates.
+
+It is meant to be true (tests/test_api_schemathesis.py runs schemathesis against a live
+supervisor): every status an operation can answer is listed, the middlewares' too (401, 403,
+405 with `Allow`, 413, 415, 421), each with the one-line `{"error": ...}` body; the text fields
+state what the server refuses (a blank prompt); the Run a POST or GET answers links to every
+operation on that run (and the pending approvals to answering the first), so a client, or a
+stateful test, can follow the run it made."""
 
 from __future__ import annotations
 

@@ -9,7 +9,10 @@ and `JsonOnly` refuses (415) a POST that is not `application/json` (what no form
 `fetch` without a CORS preflight, can send). `BodyLimit` answers 413 past the size cap without
 buffering the body. `SecurityHeaders` puts the headers of `SECURITY_HEADERS` on every answer.
 `TokenGuard` refuses (401) a request without the token, when one is set. Every refusal is the
-API's one-line JSON error.
+API's one-line JSON error. A header these guards read must come once: two `Origin`s (or `Host`s,
+`Content-Type`s, `Authorization`s, `Sec-Fetch-Site`s) are refused, never one of them picked.
+`HttpOnly` closes any connection that is not HTTP (a WebSocket upgrade): no guard is written
+for those, so none gets through.
 """
 
 from __future__ import annotations
@@ -28,7 +31,9 @@ __all__ = [
     "UNSAFE_METHODS",
     "BodyLimit",
     "BodyTooLarge",
+    "DuplicateHeader",
     "HostGuard",
+    "HttpOnly",
     "JsonOnly",
     "OriginGuard",
     "SecurityHeaders",
@@ -60,13 +65,25 @@ SECURITY_HEADERS = (
 DRAIN_LIMIT = 16 << 20
 
 
+class DuplicateHeader(ValueError):
+    """A header a guard reads came more than once (which one a check would see is ambiguous)."""
+
+
 def header(scope: Scope, name: bytes) -> str | None:
-    """The request's first `name` header (lower-case bytes), decoded as latin-1."""
-    for key, value in scope.get("headers", ()):
-        if key == name:
-            text: str = value.decode("latin-1")
-            return text
-    return None
+    """The request's `name` header (lower-case bytes), decoded as latin-1; None when absent.
+    `DuplicateHeader` when it came more than once (even with the same value)."""
+    found = [value for key, value in scope.get("headers", ()) if key == name]
+    if len(found) > 1:
+        raise DuplicateHeader(name.decode("latin-1"))
+    return found[0].decode("latin-1") if found else None
+
+
+def _header_or_none(scope: Scope, name: bytes) -> tuple[bool, str | None]:
+    """(False, None) for a duplicated header, else (True, its value or None)."""
+    try:
+        return True, header(scope, name)
+    except DuplicateHeader:
+        return False, None
 
 
 async def refuse(send: Send, status: int, message: str) -> None:
@@ -108,6 +125,21 @@ class SecurityHeaders:
         await self.app(scope, receive, with_headers)
 
 
+class HttpOnly:
+    """Close (1008, policy) a WebSocket connection, and ignore any scope that is neither HTTP nor
+    lifespan: the guards inside check HTTP requests only, so nothing else may reach the routes."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "lifespan"):
+            await self.app(scope, receive, send)
+        elif scope["type"] == "websocket":
+            await receive()  # websocket.connect; a close before accept refuses the upgrade
+            await send({"type": "websocket.close", "code": 1008, "reason": "HTTP only"})
+
+
 class HostGuard:
     """Refuse (421) a request whose `Host` is not in `allowed`: `host:port` forms, or `host:*`
     for any port (an app served in-process, its port unknown); case does not matter."""
@@ -127,7 +159,8 @@ class HostGuard:
         return bool(colon) and port.isdigit() and not name.endswith(":") and name in self.any_port
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and not self.allows(header(scope, b"host") or ""):
+        single, host = _header_or_none(scope, b"host")
+        if scope["type"] == "http" and not (single and self.allows(host or "")):
             await refuse(send, 421, "Host: not a name this API is served under")
             return
         await self.app(scope, receive, send)
@@ -136,10 +169,11 @@ class HostGuard:
 class OriginGuard:
     """Refuse (403) a POST, PUT, PATCH or DELETE sent from another origin.
 
-    Allowed: an `Origin` equal to `http://HOST` or `https://HOST` (a TLS proxy in front) for the
-    request's own `Host` (which `HostGuard` checked); or no `Origin` with `Sec-Fetch-Site`
-    absent, `same-origin` or `none` (curl, `fisk-sm ctl`). `same-site` is another port or
-    subdomain: refused, and so is `Origin: null` (a sandboxed page, a file: URL).
+    Allowed: an `Origin` equal to `http://HOST` for the request's own `Host` (which `HostGuard`
+    checked; the API serves plain HTTP only, so `https://HOST` is another origin); or no
+    `Origin` with `Sec-Fetch-Site` absent, `same-origin` or `none` (curl, `fisk-sm ctl`).
+    `same-site` is another port or subdomain: refused, and so is `Origin: null` (a sandboxed
+    page, a file: URL), and an `Origin` or `Sec-Fetch-Site` sent twice.
     """
 
     def __init__(self, app: ASGIApp) -> None:
@@ -147,13 +181,15 @@ class OriginGuard:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] in UNSAFE_METHODS:
-            origin = header(scope, b"origin")
-            site = (header(scope, b"sec-fetch-site") or "none").strip().lower()
-            if origin is not None:
+            single_origin, origin = _header_or_none(scope, b"origin")
+            single_site, site = _header_or_none(scope, b"sec-fetch-site")
+            if not (single_origin and single_site):
+                ok = False
+            elif origin is not None:
                 host = (header(scope, b"host") or "").strip().lower()
-                ok = origin.strip().lower() in (f"http://{host}", f"https://{host}")
+                ok = origin.strip().lower() == f"http://{host}"
             else:
-                ok = site in ("same-origin", "none")
+                ok = (site or "none").strip().lower() in ("same-origin", "none")
             if not ok:
                 await refuse(send, 403, "Origin: cross-origin requests are refused")
                 return
@@ -169,8 +205,9 @@ class JsonOnly:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST":
-            kind = (header(scope, b"content-type") or "").split(";", 1)[0].strip().lower()
-            if kind != "application/json":
+            single, given = _header_or_none(scope, b"content-type")
+            kind = (given or "").split(";", 1)[0].strip().lower()
+            if not single or kind != "application/json":
                 message = "Content-Type: must be application/json"
                 await refuse(send, 415, message)
                 return
@@ -193,7 +230,8 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        length = (header(scope, b"content-length") or "").strip()
+        single, given = _header_or_none(scope, b"content-length")
+        length = (given or "").strip() if single else "twice"  # not digits: refused
         if length and (not length.isdigit() or int(length) > self.limit):
             if length.isdigit() and int(length) <= DRAIN_LIMIT:
                 await _drain(receive, DRAIN_LIMIT)
@@ -201,12 +239,14 @@ class BodyLimit:
             return
         seen = 0
         started = False
+        more = True  # whether the client has more body to send (what a drain would wait for)
 
         async def counted() -> Message:
-            nonlocal seen
+            nonlocal seen, more
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
+                more = bool(message.get("more_body", False))
                 if seen > self.limit:
                     raise BodyTooLarge
             return message
@@ -221,7 +261,8 @@ class BodyLimit:
         except BodyTooLarge:
             if started:
                 raise
-            await _drain(receive, DRAIN_LIMIT - seen)
+            if more:  # the last piece crossed the cap: nothing left to drain, nor to wait for
+                await _drain(receive, DRAIN_LIMIT - seen)
             await refuse(send, 413, f"body: larger than {self.limit} bytes")
 
 
@@ -245,7 +286,7 @@ class TokenGuard:
         self.token = token.encode()
 
     def _given(self, scope: Scope) -> bytes | None:
-        value = header(scope, b"authorization")
+        value = header(scope, b"authorization")  # DuplicateHeader: refused by the caller
         if value is not None and value[:7].lower() == "bearer ":
             return value[7:].strip().encode("latin-1")
         if scope.get("method") == "GET" and scope.get("path") in QUERY_TOKEN_PATHS:
@@ -257,7 +298,10 @@ class TokenGuard:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            given = self._given(scope)
+            try:
+                given = self._given(scope)
+            except DuplicateHeader:
+                given = None
             if given is None or not hmac.compare_digest(given, self.token):
                 message = "a valid token is required: Authorization: Bearer TOKEN"
                 await refuse(send, 401, message)

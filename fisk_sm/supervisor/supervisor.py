@@ -41,6 +41,8 @@ from fisk_sm.loop.harness import RunOptions
 from fisk_sm.loop.run import Run, new_run_id
 from fisk_sm.loop.sessions import resume_session, start_session
 from fisk_sm.operator.prompter import Approval
+from fisk_sm.operator.sanitize import say
+from fisk_sm.supervisor.confine import ConfigDirs
 from fisk_sm.supervisor.desk import ApprovalDesk, DeskPrompter
 from fisk_sm.supervisor.errors import Conflict, NotFound
 from fisk_sm.supervisor.hub import EventHub, RunSink
@@ -75,7 +77,9 @@ class Supervisor:
     """Drives many checkpointed runs of `config` in `store` on the running loop.
 
     `registry_dir` holds the registry (default: `store.directory / "supervisor"`); a
-    `JetStreamStore` needs a `registry` given (`fisk_sm.supervisor.cluster`).
+    `JetStreamStore` needs a `registry` given (`fisk_sm.supervisor.cluster`). With
+    `config_dirs`, every config but the supervisor's own is confined to them, on a submit and
+    again on a restart or a takeover (the file may have changed since).
     """
 
     def __init__(
@@ -87,10 +91,12 @@ class Supervisor:
         registry_dir: Path | None = None,
         options: RunOptions | None = None,
         registry: RunRegistry | None = None,
+        config_dirs: ConfigDirs | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, not {concurrency}")
         self.config = config
+        self.config_dirs = config_dirs
         self.store = store
         self.concurrency = concurrency
         self.options = options or RunOptions()
@@ -242,7 +248,8 @@ class Supervisor:
             return self.config
         found = self._configs.get(path)
         if found is None:
-            found = self._configs[path] = await asyncio.to_thread(load_config, path)
+            load = load_config if self.config_dirs is None else self.config_dirs.load
+            found = self._configs[path] = await asyncio.to_thread(load, path)
         return found
 
     async def submit(
@@ -300,7 +307,8 @@ class Supervisor:
     async def suspend(self, run_id: str) -> Tracked:
         """Suspend a live run now (an operator's: a restart does not resume it)."""
         tracked = self.get(run_id)
-        if not tracked.live or tracked.run is None:
+        # A run that reached its end is not running, even while its task is still closing.
+        if not tracked.live or tracked.run is None or tracked.run.finished:
             raise Conflict(f"run {run_id} is not running (status {tracked.status})")
         await self.registry.mark(OPERATOR_SUSPENDED, run_id)
         self._mark(tracked, OPERATOR_SUSPENDED)
@@ -384,9 +392,10 @@ class Supervisor:
         for entry in entries.values():
             try:
                 config = await self._config(entry.config)
-            except Exception as exc:
+            except Exception as exc:  # the detail may quote the file: for the log only
+                say(f"fisk-sm supervise: run {entry.run_id}: {one_line(exc)}")
                 tracked = self._track(entry, self.config)
-                tracked.error = f"cannot load {entry.config}: {one_line(exc)}"
+                tracked.error = "cannot load its config (see the supervisor's log)"
                 continue
             tracked = self._track(entry, config)
             try:

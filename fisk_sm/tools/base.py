@@ -9,7 +9,6 @@ run goes on.
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 import inspect
 import json
@@ -18,7 +17,7 @@ import sys
 import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
+from typing import TYPE_CHECKING, Any, Literal, Union, get_args, get_origin, get_type_hints
 
 import attrs
 
@@ -27,6 +26,9 @@ from fisk_sm.config.names import CRASH_POLICIES
 from fisk_sm.config.text import scrub, scrub_json
 from fisk_sm.tools.output import cap_blocks, cap_text, image_problem
 from fisk_sm.tools.worker import call_in_thread
+
+if TYPE_CHECKING:
+    import asyncio
 
 __all__ = [
     "Content",
@@ -348,6 +350,8 @@ class ToolBox:
         the timeout becomes an is_error outcome, text over `max_output` keeps its head and
         tail, an image over `max_image` makes the result an is_error. Every kind of tool is
         called through here, so none escapes the limits."""
+        import asyncio
+
         t = self.tools[name]
         deadline = asyncio.timeout(t.timeout)
         try:

@@ -80,8 +80,11 @@ async def _stop(process: Process, contained: Containment) -> None:
     with contextlib.suppress(*_GONE):
         await process.stdin.aclose()
     await _exited(process, STOP_GRACE)
-    kill_group(process.pid)  # what it left behind in its group, and itself if it is still there
-    await contained.close()  # what left the group (setsid, a double fork)
+    # The containment first (what it left behind, in its group or not, and itself if it is
+    # still there): it finds the processes while they live, so it can reap them. The group is
+    # what is left to kill where there is no /proc.
+    await contained.close()
+    kill_group(process.pid)
     await _exited(process, STOP_GRACE)
 
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 import builtins
 import os
 import re
-import secrets
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -266,6 +265,8 @@ class MemoryStore:
 
         Its name starts with '.', which no key may, so it never collides with a memory.
         """
+        import secrets  # here: it imports random and hashlib, which the core needs not
+
         temp = self.directory / f".{key}.{secrets.token_hex(8)}.tmp"
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         fd = os.open(temp, flags, 0o600)

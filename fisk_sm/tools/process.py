@@ -115,8 +115,9 @@ async def _kill_all(
 ) -> None:
     """SIGKILL the whole process group and the containment, and reap the leader (the pipe is
     closed by the caller)."""
-    kill_group(transport.get_pid())
+    # The containment first: it finds the processes while they live, so it can reap them.
     await contained.close()
+    kill_group(transport.get_pid())
     await asyncio.wait({capture.exited}, timeout=5)
 
 
@@ -144,6 +145,7 @@ async def _spawn(argv: Sequence[str], cwd: Path, env: dict[str, str]) -> _Starte
         raise
     # subprocess.DEVNULL would be opened read-write; the program gets nothing to write to.
     stdin = os.open(os.devnull, os.O_RDONLY)
+    enter = contained.enter_in_child()
     spawn = asyncio.ensure_future(
         loop.subprocess_exec(
             lambda: _Capture(loop),
@@ -154,13 +156,14 @@ async def _spawn(argv: Sequence[str], cwd: Path, env: dict[str, str]) -> _Starte
             cwd=cwd,
             env=env,
             start_new_session=True,
+            preexec_fn=enter,  # into the cgroup before exec: not even its first fork is out
         )
     )
     # The child has its own copy once the spawn is done (or failed).
     spawn.add_done_callback(lambda _: os.close(stdin))
     try:
         transport, capture = await asyncio.shield(spawn)
-        await contained.adopt(transport.get_pid())
+        await contained.adopt(transport.get_pid(), entered=enter is not None)
         return transport, capture, contained
     except asyncio.CancelledError:
         # A cancel landing mid-spawn must not orphan a program that already runs: the spawn
@@ -207,8 +210,8 @@ async def run_command(
             await asyncio.wait({capture.exited})
             # Whatever the program left behind goes with it, so that nothing lingers or holds
             # the pipe; what it wrote is still in the pipe, read up to the end of output.
-            kill_group(transport.get_pid())
             await contained.close()
+            kill_group(transport.get_pid())  # where there is no /proc, the group alone
             await asyncio.wait({capture.closed}, timeout=WAIT_DELAY)
     except TimeoutError:
         await _kill_all(transport, capture, contained)

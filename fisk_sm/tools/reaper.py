@@ -5,10 +5,11 @@ session) leaves it. So each exec tool call and each MCP stdio server gets a `Con
 holds its descendants by up to three means, strongest first:
 
 - **a cgroup v2** (Linux, where ours is delegated to us: a writable sub-cgroup of our own
-  cgroup, with ``cgroup.kill``). The program is moved into a cgroup of its own right after it
-  starts; everything it forks from then on is in it whatever it does to its session or its
-  environment, and ``cgroup.kill`` takes them all down. Only a process with the rights to move
-  itself out escapes. Off with ``FISK_SM_CGROUP=0``.
+  cgroup, with ``cgroup.kill``). An exec tool's program enters a cgroup of its own between
+  fork and exec (`enter_in_child`), an MCP server is moved into one right after it starts
+  (anyio takes no ``preexec_fn``); everything it forks from then on is in it whatever it does to
+  its session or its environment, and ``cgroup.kill`` takes them all down. Only a process with
+  the rights to move itself out escapes. Off with ``FISK_SM_CGROUP=0``.
 - **an environment cookie** (any OS with ``/proc``): ``FISK_SM_COOKIE=<our pid>-<random>`` is in
   the program's environment and so in that of every descendant. The clean-up scans
   ``/proc/*/environ`` and SIGKILLs every process that carries it (through a pidfd, so a recycled
@@ -18,8 +19,11 @@ holds its descendants by up to three means, strongest first:
   forked in the instant before the move into the cgroup.
 - **the child subreaper** (Linux, ``PR_SET_CHILD_SUBREAPER``, set once per process): an orphan
   of a tool's process is re-parented to us rather than to init, so the clean-up reaps what it
-  killed (no zombie left over, even where pid 1 does not reap). It only reaps pids it killed
-  and identified (by cookie or cgroup), never the direct child that asyncio or anyio waits for.
+  killed (no zombie left over, even where pid 1 does not reap), and the zombies of ours that
+  were the containment's and exited by themselves: those of the program's session, and (with a
+  cgroup) those of its cgroup. It never reaps the program itself, which asyncio or anyio waits
+  for, nor any other child of ours. So, without a cgroup, an orphan in a session of its own that
+  exits by itself stays a zombie of ours until we exit.
 
 Elsewhere (no ``/proc``), only the process group is killed (`fisk_sm.tools.process`). The
 scan, the cgroup writes and the reaping are blocking: they run in a worker thread.
@@ -34,6 +38,7 @@ does everything if the guard itself is SIGKILLed with us (``kill -9`` of both).
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import ctypes
 import functools
@@ -43,13 +48,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 from pathlib import Path
 
 from fisk_sm.tools import reaper_guard
 from fisk_sm.tools.reaper_guard import COOKIE_NAME, cookies, pids, proc_stat, sigkill
 
-__all__ = ["COOKIE_NAME", "Containment", "carriers", "enable_subreaper"]
+__all__ = ["CGROUP_SWITCH", "COOKIE_NAME", "Containment", "enable_subreaper"]
 
 #: Set to ``0`` to never use a cgroup (the cookie and the subreaper still apply).
 CGROUP_SWITCH = "FISK_SM_CGROUP"
@@ -58,6 +63,8 @@ _PR_SET_CHILD_SUBREAPER = 36
 MAX_ROUNDS = 50
 REAP_WITHIN = 5.0
 _POLL = 0.005
+#: Seconds a normal exit waits for the guard to finish.
+GUARD_STOP = 10.0
 
 
 @functools.cache
@@ -96,12 +103,6 @@ def _cgroup_base() -> Path | None:
     return None
 
 
-def carriers(cookie: str) -> list[int]:
-    """The pids of the live processes whose environment carries `cookie`."""
-    token = cookie.encode()
-    return [pid for pid in pids() if token in cookies(pid)]
-
-
 class _Guard:
     """This process's guard (`fisk_sm.tools.reaper_guard`), started on first use: told of
     each containment, it kills what is left of them if this process dies without closing
@@ -124,10 +125,13 @@ class _Guard:
                         stdout=subprocess.DEVNULL,
                         stderr=subprocess.DEVNULL,
                         start_new_session=True,  # the terminal's signals are not for it
+                        cwd="/",  # it must hold no directory busy
                         env={"PATH": os.defpath},  # no cookie of ours: never a carrier
                     )
                 except OSError:
                     self._failed = True
+                else:
+                    atexit.register(self.stop)
             if self._process is None or self._process.stdin is None:
                 return
             try:
@@ -135,6 +139,17 @@ class _Guard:
                 self._process.stdin.flush()
             except OSError:
                 self._failed = True
+
+    def stop(self) -> None:
+        """At a normal exit: end the guard's input and reap it (it kills what is still
+        announced first), rather than leave it to whoever inherits it."""
+        process = self._process
+        if process is None or process.stdin is None:
+            return
+        with contextlib.suppress(OSError):
+            process.stdin.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=GUARD_STOP)
 
 
 _GUARD = _Guard()
@@ -153,6 +168,9 @@ class Containment:
         self.root: int | None = None
         self._opened: asyncio.Future[None] | None = None
         self._closing: asyncio.Future[int] | None = None
+        #: The cgroup's cgroup.procs, open for `enter_in_child`.
+        self._procs: int | None = None
+        self._entered = False
 
     def environ(self, env: MutableMapping[str, str]) -> MutableMapping[str, str]:
         """Add the cookie to `env` (after an inherited one: a nested fisk-sm's tools carry both,
@@ -184,16 +202,35 @@ class Containment:
             path.mkdir()
         except OSError:
             return
-        if (path / "cgroup.kill").exists():
-            self.cgroup = path
-        else:  # before Linux 5.14: killing it whole is not possible, the cookie does it
+        if not (path / "cgroup.kill").exists():  # before Linux 5.14: the cookie alone
             with contextlib.suppress(OSError):
                 path.rmdir()
+            return
+        self.cgroup = path
+        with contextlib.suppress(OSError):
+            self._procs = os.open(path / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC)
 
-    async def adopt(self, pid: int) -> None:
-        """Note `pid` as the direct child and move it into the cgroup (if any)."""
+    def enter_in_child(self) -> Callable[[], None] | None:
+        """A `preexec_fn` that moves the child into the cgroup between fork and exec, so that
+        not even its first fork is outside (None: no cgroup). It makes one system call, on a
+        descriptor opened beforehand, and never fails the spawn."""
+        procs = self._procs
+        if procs is None:
+            return None
+
+        def enter() -> None:
+            with contextlib.suppress(OSError):
+                os.write(procs, b"0")  # 0: the writing process itself
+
+        return enter
+
+    async def adopt(self, pid: int, *, entered: bool = False) -> None:
+        """Note `pid` as the direct child and move it into the cgroup (if any; unless it
+        `entered` it itself, `enter_in_child`). What it forked before the move is outside the
+        cgroup, but carries the cookie."""
         self.root = pid
-        if self.cgroup is not None:
+        self._entered = entered
+        if self.cgroup is not None and not entered:
             await asyncio.to_thread(self._move, pid)
 
     def _move(self, pid: int) -> None:
@@ -214,18 +251,24 @@ class Containment:
 
     def _close(self) -> int:
         killed: dict[int, int] = {}  # pid -> start time
+        whole = False
         with contextlib.suppress(OSError):
-            self._kill_cgroup(killed)
-        self._kill_carriers(killed)
+            whole = self._kill_cgroup(killed)
+        # A program that entered its cgroup before it ran cannot have left anything outside
+        # (but by moving it out, which takes our rights): then the scan has nothing to find.
+        if not (whole and self._entered):
+            self._kill_carriers(killed)
         self._reap(killed)
         if self.cgroup is not None:
             self._remove_cgroup()
-        _GUARD.tell(f"- {self.cookie}")
+        if self.cgroup is None:
+            _GUARD.tell(f"- {self.cookie}")
         return len(killed)
 
-    def _kill_cgroup(self, killed: dict[int, int]) -> None:
+    def _kill_cgroup(self, killed: dict[int, int]) -> bool:
+        """Freeze, list and kill the cgroup; whether it was killed."""
         if self.cgroup is None:
-            return
+            return False
         # Frozen first, so that what is listed is all there is (a frozen process cannot fork);
         # cgroup.kill takes frozen processes too.
         (self.cgroup / "cgroup.freeze").write_text("1\n")
@@ -233,8 +276,9 @@ class Containment:
         for line in (self.cgroup / "cgroup.procs").read_text().split():
             seen = proc_stat(int(line))
             if seen is not None:
-                killed[int(line)] = seen[2]
+                killed[int(line)] = seen.start
         (self.cgroup / "cgroup.kill").write_text("1\n")
+        return True
 
     def _kill_carriers(self, killed: dict[int, int]) -> None:
         token = self.cookie.encode()
@@ -244,52 +288,85 @@ class Containment:
             found = {pid for pid in table if token in cookies(pid)}
             # Descendants by parent pid, so a child that replaced its environment goes too.
             children: dict[int, list[int]] = {}
-            for pid, (_, parent, _) in table.items():
-                children.setdefault(parent, []).append(pid)
+            for pid, seen in table.items():
+                children.setdefault(seen.parent, []).append(pid)
             stack = list(found)
             while stack:
                 for child in children.get(stack.pop(), ()):
                     if child not in found:
                         found.add(child)
                         stack.append(child)
-            new = [
-                pid
-                for pid in found
-                if tried.get(pid) != table[pid][2] and table[pid][0] not in "ZX"
-            ]
+            new = [p for p in found if tried.get(p) != table[p].start and not table[p].dead]
             if not new:
                 return
             for pid in new:
-                start = tried[pid] = table[pid][2]
+                start = tried[pid] = table[pid].start
                 # One found by parent only is checked by start time (it has no cookie).
                 if sigkill(pid, start, token if token in cookies(pid) else None):
                     killed[pid] = start
 
     def _reap(self, killed: dict[int, int]) -> None:
-        """Wait until each killed process is gone; reap those that are our children by
-        re-parenting. Gives up on one whose reaper is another living process."""
+        """Wait until each killed process is gone, reaping those re-parented to us; then reap
+        our zombies that were the containment's and exited before the clean-up (identified by
+        their session, the program's, or by their cgroup). Never the program itself, which
+        its spawner reaps; gives up on one whose reaper is another living process."""
         me = os.getpid()
         waiting = {pid: start for pid, start in killed.items() if pid != self.root}
         deadline = time.monotonic() + REAP_WITHIN
         while waiting and time.monotonic() < deadline:
             for pid, start in list(waiting.items()):
                 seen = proc_stat(pid)
-                if seen is None or seen[2] != start:
+                if seen is None or seen.start != start:
                     del waiting[pid]
-                elif seen[0] in "ZX" and seen[1] == me:
-                    with contextlib.suppress(ChildProcessError):
-                        os.waitpid(pid, os.WNOHANG)
-                elif seen[0] in "ZX" and seen[1] not in waiting and seen[1] != self.root:
+                elif seen.dead and seen.parent == me:
+                    _reap_one(pid)
+                elif seen.dead and seen.parent not in waiting and seen.parent != self.root:
                     del waiting[pid]  # a zombie of someone else's, who will reap it
             if waiting:
                 time.sleep(_POLL)
+        for pid in pids():
+            seen = proc_stat(pid)
+            if seen is None or not seen.dead or seen.parent != me or pid == self.root:
+                continue
+            if (self.root is not None and seen.session == self.root) or self._held(pid):
+                _reap_one(pid)
+
+    def _held(self, pid: int) -> bool:
+        """Whether `pid` is (or was, for a zombie) in the containment's cgroup."""
+        if self.cgroup is None:
+            return False
+        try:
+            lines = (reaper_guard.PROC / str(pid) / "cgroup").read_text().splitlines()
+        except OSError:
+            return False
+        return any(
+            line.startswith("0::") and line.endswith(f"/{self.cgroup.name}") for line in lines
+        )
 
     def _remove_cgroup(self) -> None:
         assert self.cgroup is not None
+        if self._procs is not None:
+            os.close(self._procs)
+            self._procs = None
         _wait_for(self.cgroup / "cgroup.events", "populated 0")
-        with contextlib.suppress(OSError):
-            self.cgroup.rmdir()
-            self.cgroup = None
+        # A killed process not yet reaped (the program, which its spawner's watcher reaps in a
+        # moment) still holds the cgroup: EBUSY until then.
+        deadline = time.monotonic() + REAP_WITHIN
+        while True:
+            try:
+                self.cgroup.rmdir()
+            except OSError:
+                if time.monotonic() > deadline:
+                    return  # left announced: the guard removes it when we exit
+                time.sleep(_POLL)
+            else:
+                self.cgroup = None
+                return
+
+
+def _reap_one(pid: int) -> None:
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
 
 
 def _wait_for(events: Path, line: str) -> bool:

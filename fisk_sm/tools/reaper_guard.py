@@ -23,8 +23,9 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
-__all__ = ["COOKIE_NAME", "cookies", "kill_carriers", "pids", "proc_stat", "sigkill"]
+__all__ = ["COOKIE_NAME", "Seen", "cookies", "kill_carriers", "pids", "proc_stat", "sigkill"]
 
 #: The environment variable that marks a tool's processes.
 COOKIE_NAME = "FISK_SM_COOKIE"
@@ -33,14 +34,29 @@ PROC = Path("/proc")
 EMPTY_WITHIN = 5.0
 
 
-def proc_stat(pid: int) -> tuple[str, int, int] | None:
-    """(state, parent pid, start time) of `pid`, or None if it is gone."""
+class Seen(NamedTuple):
+    """What ``/proc/PID/stat`` says of a process (a zombie's too)."""
+
+    state: str
+    parent: int
+    session: int
+    #: Clock ticks after boot: with the pid, it names one process for good.
+    start: int
+
+    @property
+    def dead(self) -> bool:
+        """Whether it exited (a zombie, or on its way out)."""
+        return self.state in ("Z", "X")
+
+
+def proc_stat(pid: int) -> Seen | None:
+    """What `pid` is, or None if it is gone."""
     try:
         text = (PROC / str(pid) / "stat").read_text()
     except OSError:
         return None
     fields = text.rsplit(")", 1)[1].split()
-    return fields[0], int(fields[1]), int(fields[19])
+    return Seen(fields[0], int(fields[1]), int(fields[3]), int(fields[19]))
 
 
 def cookies(pid: int) -> list[bytes]:
@@ -76,7 +92,11 @@ def sigkill(pid: int, start: int, cookie: bytes | None) -> bool:
         pidfd = os.pidfd_open(pid)
     try:
         seen = proc_stat(pid)
-        if seen is None or seen[2] != start or (cookie is not None and cookie not in cookies(pid)):
+        if (
+            seen is None
+            or seen.start != start
+            or (cookie is not None and cookie not in cookies(pid))
+        ):
             return False
         if pidfd >= 0:
             signal.pidfd_send_signal(pidfd, signal.SIGKILL)
@@ -98,11 +118,11 @@ def kill_carriers(cookie: bytes, rounds: int = 50) -> int:
         new = 0
         for pid in pids():
             seen = proc_stat(pid)
-            if seen is None or seen[0] in "ZX" or tried.get(pid) == seen[2]:
+            if seen is None or seen.dead or tried.get(pid) == seen.start:
                 continue
             if cookie in cookies(pid):
-                tried[pid] = seen[2]
-                new += sigkill(pid, seen[2], cookie)
+                tried[pid] = seen.start
+                new += sigkill(pid, seen.start, cookie)
         if not new:
             break
     return len(tried)

@@ -11,12 +11,14 @@ daemon, it does not hold the process up when it exits.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import contextvars
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import asyncio
 
 __all__ = ["call_in_thread"]
 
@@ -24,6 +26,8 @@ __all__ = ["call_in_thread"]
 async def call_in_thread(fn: Callable[..., Any], arguments: Mapping[str, Any], name: str) -> Any:
     """`fn(**arguments)` on a new daemon thread (named after the tool), in a copy of the
     caller's context; what it returns or raises. Cancelling the wait leaves the thread running."""
+    import asyncio
+
     loop = asyncio.get_running_loop()
     done: asyncio.Future[Any] = loop.create_future()
     context = contextvars.copy_context()
