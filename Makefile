@@ -34,9 +34,10 @@ TEST_WORKERS ?= auto
 test: lint
 	$(BIN)/pytest -q -n $(TEST_WORKERS)
 
-# Everything but the crash-safety trials (marked slow): for the edit-test loop; no lint.
+# Everything but the long scenarios (marked slow) and the benchmark smoke runs (marked bench):
+# for the edit-test loop; no lint. `make test` runs them all, the benchmarks once at a small N.
 test-fast: $(STAMP)
-	$(BIN)/pytest -q -n $(TEST_WORKERS) -m "not slow"
+	$(BIN)/pytest -q -n $(TEST_WORKERS) -m "not slow and not bench"
 
 bench: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[dev,bench]'

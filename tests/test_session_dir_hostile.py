@@ -371,3 +371,15 @@ def test_any_bytes_through_the_real_cli(data: bytes) -> None:
             if done.returncode == 2:
                 [line] = done.stderr.splitlines()
                 assert line.startswith(f"fisk-sm: {store.path('x')}: ")
+
+
+def test_a_journal_that_circles_the_replay_is_a_path_error() -> None:
+    """The path replay refuses a journal that makes it circle without taking a record (the
+    fold refuses this one too; the replay must not rely on that: it runs on records given in
+    code as well)."""
+    from fisk_sm.journal.decode import decode
+    from fisk_sm.machine.path import PathError, session_path
+
+    records = [decode(line) for line in CONTENTS["at-prompt"].splitlines()]
+    with pytest.raises(PathError, match="a record that moves the run on"):
+        session_path(records)

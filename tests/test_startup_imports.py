@@ -1,7 +1,8 @@
 """What starting costs, by what it imports ([13/19]): `fisk-sm ctl --help` loads neither typing
-nor json, urllib or pathlib; `from fisk_sm import Run` builds no cattrs converter and loads
-neither the exec tool's process machinery nor the memory tools; each is loaded where it is used,
-and works there.
+nor json, urllib or pathlib; `from fisk_sm import Run` loads neither asyncio, cattrs nor yaml,
+nor the loop's modules (the first run made does); a run made builds no cattrs converter and
+loads neither the exec tool's process machinery nor the memory tools; each is loaded where it
+is used, and works there.
 
 Each check runs in a fresh interpreter (this process has imported everything already) and
 reports the modules the statement added to `sys.modules`. Timing itself is `bench/startup.py`'s
@@ -24,6 +25,7 @@ import pytest
 from fisk_sm.cli.helpformat import HelpFormatter, RawDescriptionHelpFormatter, terminal_columns
 from fisk_sm.journal import records
 from fisk_sm.journal.records import Meta, encode
+from fisk_sm.testing import FakeMessagesAPI, Reply
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -114,9 +116,16 @@ def test_ctl_still_loads_what_a_request_needs_when_it_sends_one(tmp_path: Path) 
 
 
 def test_the_core_builds_no_converter_and_loads_no_exec_or_memory_tool() -> None:
-    modules = loaded("from fisk_sm import Run")
-    assert "fisk_sm.loop.run" in modules
-    assert "cattrs.strategies" not in modules  # the records' tagged union is built on first use
+    # A run made (`Run` alone imports the loop with its first run), of a config built in Python.
+    modules = loaded("""
+    from fisk_sm import Run, RunOptions
+    from fisk_sm.config.agent import AgentConfig, LLMConfig
+    from fisk_sm.loop.harness import NoModel
+    Run.create(AgentConfig(LLMConfig("m")), "hi", RunOptions(model=NoModel()))
+    """)
+    assert {"fisk_sm.loop.run", "fisk_sm.loop.actions", "fisk_sm.journal.records"} <= modules
+    assert "cattrs" not in modules  # the records' tagged union is built on first use, and so
+    # is the config's converter
     lazy = {"fisk_sm.tools.exec", "fisk_sm.tools.process", "fisk_sm.tools.reaper"}
     lazy |= {"fisk_sm.tools.memory", "fisk_sm.tools.memory_tools", "secrets"}
     assert modules & lazy == set()
@@ -149,3 +158,85 @@ def test_the_records_converter_is_built_once_on_first_use() -> None:
     data = json.loads(encode(meta))
     assert data["type"] == "meta"
     assert converter.structure(data, records.Record) == meta
+
+
+#: What `from fisk_sm import Run` must not load: the event loop (and ssl, socket, selectors under
+#: it), cattrs (the config's converter) and yaml (agent.yaml, the loop table), each imported by
+#: the first run made or config read.
+NOT_FOR_THE_RUN_CLASS = {"asyncio", "cattrs", "yaml"}
+
+
+def test_importing_run_loads_no_asyncio_cattrs_or_yaml() -> None:
+    modules = loaded("from fisk_sm import Run")
+    assert "fisk_sm.loop.run" in modules
+    assert modules & NOT_FOR_THE_RUN_CLASS == set()
+
+
+def test_importing_run_defines_the_class_and_loads_the_loop_with_the_first_run() -> None:
+    """The class alone: the loop's modules (the actions, the harness, the machine, the config
+    and the attrs classes under them) come with the first run made, not with the import."""
+    modules = loaded("from fisk_sm import Run")
+    later = {"attrs", "transitions", "fisk_sm.config.agent", "fisk_sm.loop.actions"}
+    later |= {"fisk_sm.loop.harness", "fisk_sm.machine.evaluator", "fisk_sm.journal.records"}
+    assert modules & later == set()
+    made = loaded("""
+    from fisk_sm import Run, RunOptions, parse_config
+    from fisk_sm.loop.harness import NoModel
+    config = parse_config({"llm": {"model": "m"}}, env={})
+    run = Run.create(config, "hi", RunOptions(model=NoModel()))
+    assert run.state == "suspend_check" and not run.finished, run.state
+    """)
+    assert later <= made
+
+
+def test_the_loop_modules_leave_asyncio_cattrs_yaml_and_hashlib_to_where_they_are_used() -> None:
+    """Each module defers them itself, not only `Run`: importing the loop's modules, the machine
+    and the config classes loads none of them (nor the thread pool of `SyncRun`)."""
+    modules = loaded("""
+    import fisk_sm.loop.actions, fisk_sm.loop.fingerprint, fisk_sm.loop.sync, fisk_sm.loop.run
+    import fisk_sm.machine.table, fisk_sm.model.anthropic, fisk_sm.operator.prompter
+    from fisk_sm.config.agent import AgentConfig, LLMConfig
+    """)
+    assert {"fisk_sm.loop.actions", "fisk_sm.loop.harness", "fisk_sm.tools.worker"} <= modules
+    deferred = NOT_FOR_THE_RUN_CLASS | {"hashlib", "concurrent.futures", "ssl", "socket"}
+    assert modules & deferred == set()
+
+
+def test_a_run_made_after_the_lazy_import_reads_its_config_and_runs(
+    api: FakeMessagesAPI, tmp_path: Path
+) -> None:
+    """Everything the import no longer loads is loaded where it is used, and works there: the
+    YAML file (yaml, cattrs), the run's steps (asyncio, the actions), a tool call on a thread and
+    its timeout, the fingerprint (hashlib) and the journal."""
+    (tmp_path / "tools.py").write_text("def add(a: int, b: int) -> int:\n    return a + b\n")
+    config = {
+        "llm": {"model": "m", "base_url": api.base_url, "budget": {"call_timeout": "30s"}},
+        "tools": [{"python": "tools:add", "timeout": 30}],
+    }
+    (tmp_path / "agent.yaml").write_text(json.dumps(config))  # JSON is YAML
+    api.add(Reply.tool_use("add", {"a": 2, "b": 3}, id="tu_1"), Reply.text("5"))
+    code = """
+    from fisk_sm import Run
+    assert not {"asyncio", "cattrs", "yaml"} & set(sys.modules)
+    import asyncio, os
+    from fisk_sm import MemoryJournal, RunOptions, load_config
+    os.environ["ANTHROPIC_API_KEY"] = "k"
+
+    async def main():
+        journal = MemoryJournal()
+        config = load_config("agent.yaml", env={})
+        async with Run.create(config, "add 2 and 3", RunOptions(journal=journal)) as run:
+            assert await run.run() == "completed", run.state
+            assert run.answer() == "5", run.answer()
+            kinds = [type(r).__name__ for r in journal.records]
+            assert kinds[0] == "Meta" and kinds[-1] == "Terminal", kinds
+            assert len(journal.records[0].fingerprint["tools_hash"]) == 64
+
+    asyncio.run(main())
+    """
+    modules = loaded(code, tmp_path)
+    assert {"asyncio", "cattrs", "yaml", "hashlib"} <= modules
+    assert len(api.requests) == 2
+    assert api.requests[0]["messages"][0]["content"][0]["text"] == "add 2 and 3"
+    result = api.requests[1]["messages"][2]["content"][0]
+    assert (result["type"], result["content"]) == ("tool_result", "5")

@@ -12,12 +12,9 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, get_args, get_origin
+from typing import TYPE_CHECKING, Any, get_args, get_origin
 
 import attrs
-import cattrs
-from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
-from cattrs.gen import make_dict_structure_fn, override
 
 from fisk_sm.config.errors import ConfigError, check, parse_duration, show
 from fisk_sm.config.exec import ExecToolSpec, parse_exec_tool
@@ -26,7 +23,9 @@ from fisk_sm.config.limits import byte_limit_problem, parse_timeout
 from fisk_sm.config.mcp import McpServer, check_mcp_servers, structure_argv
 from fisk_sm.config.names import CRASH_POLICIES, IDENTITY_RE, check_base_url
 from fisk_sm.config.telemetry import TelemetryConfig
-from fisk_sm.config.yamlfile import read_yaml
+
+if TYPE_CHECKING:
+    import cattrs
 
 __all__ = [
     "AgentConfig",
@@ -210,6 +209,9 @@ def _structure_timeout(value: object, _t: object) -> float:
 
 
 def _make_converter() -> cattrs.Converter:
+    import cattrs
+    from cattrs.gen import make_dict_structure_fn, override
+
     conv = cattrs.Converter(forbid_extra_keys=True)
     for kind, what in ((int, "an integer"), (str, "a string"), (bool, "a boolean")):
         conv.register_structure_hook(kind, _strict(kind, what))
@@ -266,7 +268,7 @@ def _make_converter() -> cattrs.Converter:
 def _structure_item(conv: cattrs.Converter, index: int, item: object, item_type: Any) -> Any:
     try:
         return conv.structure(item, item_type)
-    except _STRUCTURE_ERRORS as exc:
+    except _structure_errors() as exc:
         raise _translate(exc, f"[{index}]", "") from None
 
 
@@ -278,7 +280,7 @@ def _structure_tool(conv: cattrs.Converter, index: int, item: object) -> ToolSpe
     if "python" in item:
         try:
             spec: ToolSpec = conv.structure(item, ToolSpec)
-        except _STRUCTURE_ERRORS as exc:
+        except _structure_errors() as exc:
             raise _Located(_translate(exc, where, "")) from None
         return spec
     if "command" in item or "name" in item:
@@ -309,16 +311,24 @@ def _duplicate_tool(tools: tuple[ToolSpec | ExecToolSpec, ...], source: str) -> 
             seen[spec.name] = index
 
 
-#: What bad input raises while structuring; anything else is a bug and is not dressed up as one.
-_STRUCTURE_ERRORS = (
-    cattrs.BaseValidationError,
-    ValueError,
-    TypeError,
-    KeyError,
-    _Problem,
-    _Located,
-)
-_CONVERTER = _make_converter()
+def _structure_errors() -> tuple[type[BaseException], ...]:
+    """What bad input raises while structuring; anything else is a bug and is not dressed up
+    as one. (A function: cattrs is imported when a config is first parsed, not at import.)"""
+    import cattrs
+
+    return (cattrs.BaseValidationError, ValueError, TypeError, KeyError, _Problem, _Located)
+
+
+#: The converter, built by the first `parse_config` (`_converter`): building it (and importing
+#: cattrs) cost some 10 ms of every `from fisk_sm import Run`, which may never parse a config.
+_CONVERTER: cattrs.Converter | None = None
+
+
+def _converter() -> cattrs.Converter:
+    global _CONVERTER  # built once, on first use
+    if _CONVERTER is None:
+        _CONVERTER = _make_converter()
+    return _CONVERTER
 
 
 def _join(prefix: str, name: str) -> str:
@@ -329,6 +339,8 @@ def _join(prefix: str, name: str) -> str:
 
 def _translate(exc: BaseException, path: str, source: str) -> ConfigError:
     """Turn the first problem in a (nested) cattrs exception into a ConfigError."""
+    from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
+
     if isinstance(exc, _Located):
         return ConfigError(source, exc.error.field, exc.error.problem)
     if isinstance(exc, ConfigError):
@@ -367,8 +379,8 @@ def parse_config(
     if data.get("llm") is None:
         raise ConfigError(source, "llm.model", "required")
     try:
-        config = _CONVERTER.structure(data, AgentConfig)
-    except _STRUCTURE_ERRORS as exc:
+        config = _converter().structure(data, AgentConfig)
+    except _structure_errors() as exc:
         raise _translate(exc, "", source) from exc
     _duplicate_tool(config.tools, source)
     check_mcp_servers(config.mcp_servers, source)
@@ -390,6 +402,8 @@ def load_config(
     """Read and validate the YAML file at ``path``; the result's ``path`` is absolute. The file
     is read once, capped and alias-free (`fisk_sm.config.yamlfile`); ``follow=False`` refuses a
     symlink (a path the caller already resolved and checked)."""
+    from fisk_sm.config.yamlfile import read_yaml  # and yaml: only a file needs them
+
     source = str(path)
     data = read_yaml(path, source, follow=follow)
     try:

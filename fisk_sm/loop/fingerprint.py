@@ -7,7 +7,6 @@ leaves out what may safely change: `call_timeout`, `max_output_tokens` and the r
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -22,6 +21,8 @@ class ResumeRefused(Exception):
 
 
 def digest(value: Any) -> str:
+    import hashlib  # here: only a run's creation or resume needs it
+
     text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 

@@ -36,7 +36,6 @@ from fisk_sm.tools.hitl import HITL_NOTE, hitl_tools
 # The exec and memory tools are imported when agent.yaml configures them, not with the core:
 # the exec tool's process machinery (the reaper, ctypes, secrets, shlex) alone costs some 10 ms.
 if TYPE_CHECKING:
-    import asyncio
     from fisk_sm.tools.mcp import McpServers
     from fisk_sm.tools.memory import MemoryStore
     from fisk_sm.tools.memory_kv import KVMemoryStore

@@ -9,32 +9,42 @@ the exit, then the entry hooks; it returns a `Step` naming the exit and the guar
 or an iteration (`fisk_sm.loop.stops`). `run.explain()` says what the next step will do
 (`fisk_sm.loop.explain`), and `run.sync()` gives a blocking facade for a debugger prompt, from
 any thread, even one running a loop (`fisk_sm.loop.sync`).
+
+Importing this module defines the class and nothing more: the loop's modules (the actions, the
+harness, the machine, the records, the configuration and attrs classes under them) are imported
+by the first run made (`Run.__init__`, through `loop_machine()`), not by `from fisk_sm import Run`,
+which would otherwise pay for them whether or not it ever makes a run ([13/19]).
 """
 
 from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING
 
-from fisk_sm.config.agent import AgentConfig, Budget
 from fisk_sm.config.states import States
-from fisk_sm.events.types import RunStarted, WarningRaised
-from fisk_sm.journal.records import Meta, Terminal
-from fisk_sm.journal.snapshot import RunData, Snapshot
-from fisk_sm.loop.actions import ACTIONS, InputSource
-from fisk_sm.loop.explain import Explanation, explain
-from fisk_sm.loop.fingerprint import fingerprint
-from fisk_sm.loop.harness import Harness, RunOptions
-from fisk_sm.loop.hooks import HOOKS
-from fisk_sm.loop.inflight import InFlight
-from fisk_sm.loop.stops import Stops
-from fisk_sm.loop.sync import SyncRun
-from fisk_sm.machine.evaluator import Fire, LoopMachine, Step, build_machine
-from fisk_sm.machine.guards import GUARDS, terminal_message
-from fisk_sm.machine.table import load_table
+
+if TYPE_CHECKING:
+    from fisk_sm.config.agent import AgentConfig, Budget
+    from fisk_sm.journal.snapshot import RunData, Snapshot
+    from fisk_sm.loop.actions import InputSource
+    from fisk_sm.loop.explain import Explanation
+    from fisk_sm.loop.harness import Harness, RunOptions
+    from fisk_sm.loop.stops import Stops
+    from fisk_sm.loop.sync import SyncRun
+    from fisk_sm.machine.evaluator import Fire, LoopMachine, Step
 
 __all__ = ["Run", "RunFinished", "SyncRun", "loop_machine"]
+
+
+def __getattr__(name: str) -> object:
+    """`SyncRun`, still importable from here (it lives in `fisk_sm.loop.sync`), on first use."""
+    if name == "SyncRun":
+        from fisk_sm.loop.sync import SyncRun
+
+        return SyncRun
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class RunFinished(RuntimeError):
@@ -43,8 +53,24 @@ class RunFinished(RuntimeError):
 
 @functools.cache
 def loop_machine() -> LoopMachine:
-    """The one machine every run shares."""
+    """The one machine every run shares (built, and the machine's modules imported, by the
+    first run)."""
+    from fisk_sm.loop.hooks import HOOKS
+    from fisk_sm.machine.evaluator import build_machine
+    from fisk_sm.machine.guards import GUARDS
+    from fisk_sm.machine.table import load_table
+
     return build_machine(load_table(), GUARDS, HOOKS)
+
+
+@functools.cache
+def _actions() -> Mapping[str, Callable[[Run], Awaitable[None]]]:
+    """The states' actions by name (`fisk_sm.loop.actions`, and the harness, the model and the
+    tools under it), imported by the first run; then each `Run` holds them, so that a step
+    looks them up without an import."""
+    from fisk_sm.loop.actions import ACTIONS
+
+    return ACTIONS
 
 
 def new_run_id() -> str:
@@ -60,7 +86,10 @@ class Run:
     def __init__(
         self, data: RunData, harness: Harness, state: str | None = None, *, seq: int = 0
     ) -> None:
+        from fisk_sm.loop.inflight import InFlight
+
         self.machine = loop_machine()
+        self._actions = _actions()
         self.state: str = state or self.machine.table.initial
         self.data = data
         self.harness = harness
@@ -87,6 +116,9 @@ class Run:
     ) -> Run:
         """A new run of `config` on `prompt`; what `options` leaves out is built from config.
         A `chat` run waits in `awaiting_input` after each turn for a follow-up from `input`."""
+        from fisk_sm.journal.snapshot import RunData
+        from fisk_sm.loop.harness import Harness
+
         harness = Harness.build(config, options)
         data = RunData.begin(run_id or new_run_id(), prompt)
         data.chat = chat
@@ -121,6 +153,8 @@ class Run:
     def outcome(self) -> str | None:
         """Why the run ended (None while running, on a final answer, or on a suspend at a
         boundary; a suspend-now that cut a model call says so)."""
+        from fisk_sm.machine.guards import terminal_message  # loaded with the machine
+
         return terminal_message(self.state, self) if self.finished else None
 
     def next_seq(self) -> int:
@@ -163,6 +197,12 @@ class Run:
         self.interrupt_requested = True
 
     async def _begin(self) -> None:
+        # Once per run. The events and the records are loaded already (the actions import
+        # them); the fingerprint module (and hashlib under it) come with the first run's meta.
+        from fisk_sm.events.types import RunStarted, WarningRaised
+        from fisk_sm.journal.records import Meta
+        from fisk_sm.loop.fingerprint import fingerprint
+
         self._started_at = time.monotonic()
         harness = self.harness
         await harness.prepare()  # what needs the loop (a JetStream memory index), before warnings
@@ -199,9 +239,11 @@ class Run:
             raise RunFinished(f"run {self.data.run_id} already ended in {self.state!r}")
         if self._started_at is None:
             await self._begin()
-        await ACTIONS[action](self)
+        await self._actions[action](self)
         fire = machine.fire(self)
         if self.state in machine.terminal:
+            from fisk_sm.journal.records import Terminal  # loaded: the actions import it
+
             terminal = Terminal(seq=self.next_seq(), reason=self.state, message=self.outcome)
             await self.harness.journal.append(terminal)
         return fire
@@ -222,6 +264,8 @@ class Run:
         """Step until the run enters one of `states`, is in `execute` about to run `tool`, or
         reaches `iteration` (or ends); returns the state reached. It steps at least once;
         `tool` and `iteration` may each be one value or several. See `fisk_sm.loop.stops`."""
+        from fisk_sm.loop.stops import Stops
+
         await self.run_to(Stops.of(states, tool, iteration))
         return self.state
 
@@ -240,10 +284,14 @@ class Run:
         """What the next `step()` will do: the action, each exit with its guard's value now
         (or "decided after the action"), the pending tool calls and usage by tier. `str()` of
         it is a readable report."""
+        from fisk_sm.loop.explain import explain
+
         return explain(self, self.state, self.machine.table)
 
     def snapshot(self) -> Snapshot:
         """A frozen copy of the state and the resumable data; JSON-ready (`to_json`)."""
+        from fisk_sm.journal.snapshot import Snapshot
+
         status = self.state if self.finished else "open"
         return Snapshot.of(
             self.state, self.data, status=status, outcome=self.outcome, seq=self._seq
@@ -279,4 +327,6 @@ class Run:
     def sync(self) -> SyncRun:
         """A blocking facade for a debugger prompt, even inside a running loop (`SyncRun`);
         `close()` it when done."""
+        from fisk_sm.loop.sync import SyncRun
+
         return SyncRun(self)

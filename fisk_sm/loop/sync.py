@@ -15,7 +15,6 @@ put back after the call, and `close()` releases the copy on the loop that made i
 
 from __future__ import annotations
 
-import concurrent.futures
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -28,6 +27,8 @@ from fisk_sm.model.anthropic import AnthropicModel
 
 if TYPE_CHECKING:
     import asyncio
+    import concurrent.futures
+
     from fisk_sm.loop.run import Run
     from fisk_sm.loop.stops import Stops
 
@@ -69,6 +70,8 @@ class SyncRun:
         """`fn()` in this thread if it runs no loop, else in the helper thread."""
         if not _loop_running():
             return fn()
+        import concurrent.futures
+
         if self._helper is None:
             self._helper = concurrent.futures.ThreadPoolExecutor(1, "fisk-sm-sync")
         future = self._helper.submit(fn)

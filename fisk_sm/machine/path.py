@@ -285,7 +285,14 @@ class _Walk:
     def walk(self) -> SessionPath:
         """Replay every record; stop at the end, in a terminal or a resting state."""
         machine = self.machine
+        # Every pass through the table between two records is shorter than the table: a
+        # journal that folds but makes the replay circle without taking a record is refused.
+        limit, idle, last = 2 * len(machine.table.states) + 2, 0, self.at
         while True:
+            idle = idle + 1 if self.at == last else 0
+            last = self.at
+            if idle > limit:
+                raise self.fail("a record that moves the run on")
             state = self.run.state
             if machine.is_terminal(state):
                 if self.ahead is None:

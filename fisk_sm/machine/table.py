@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import yaml
 
 from fisk_sm.config.states import STATE_NAMES
 
@@ -123,6 +122,8 @@ def table_path() -> Path:
 @functools.cache
 def load_table(path: Path | None = None) -> Table:
     """Read and check the table (cached: every run shares it)."""
+    import yaml  # here, not at import: the table is read when the first run is made
+
     source = path or table_path()
     try:
         raw = yaml.safe_load(source.read_text(encoding="utf-8"))

@@ -30,7 +30,6 @@ from fisk_sm.model.clients import ClientShare, acquire, client_key
 from fisk_sm.model.reply import ModelError, one_line, parse_reply
 
 if TYPE_CHECKING:  # the SDK is imported when a model is built (`clients.warm_up`: off the loop)
-    import asyncio
     import anthropic
 
 __all__ = ["AnthropicModel", "ModelClient", "ModelError", "ModelRequest", "build_request"]

@@ -25,6 +25,7 @@ from fisk_sm.config.agent import LLMConfig
 
 if TYPE_CHECKING:  # the SDK takes a second or two to import: `warm_up` does it off the loop
     import asyncio
+
     import anthropic
 
 __all__ = ["ClientKey", "ClientShare", "acquire", "client_key", "warm_up"]

@@ -25,6 +25,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from fisk_sm.config.errors import ConfigError, one_line
+from fisk_sm.config.text import UnencodableText
 from fisk_sm.journal.base import JournalError
 from fisk_sm.journal.filestore import InvalidIdError, check_run_id
 from fisk_sm.machine.diagram import DiagramError, draw
@@ -81,7 +82,7 @@ def _errors(handler: Handler) -> Handler:
     async def wrapped(request: Request) -> Response:
         try:
             return await handler(request)
-        except BadRequest as exc:
+        except (BadRequest, UnencodableText) as exc:  # the body check refuses the latter first
             return error(400, str(exc))
         except NotFound as exc:
             return error(404, str(exc))

@@ -17,7 +17,7 @@ import sys
 import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Union, get_args, get_origin, get_type_hints
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 import attrs
 
@@ -26,9 +26,6 @@ from fisk_sm.config.names import CRASH_POLICIES
 from fisk_sm.config.text import scrub, scrub_json
 from fisk_sm.tools.output import cap_blocks, cap_text, image_problem
 from fisk_sm.tools.worker import call_in_thread
-
-if TYPE_CHECKING:
-    import asyncio
 
 __all__ = [
     "Content",
