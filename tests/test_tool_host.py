@@ -221,7 +221,8 @@ import nats
 async def main():
     nc = await nats.connect(sys.argv[1])
     try:
-        msg = await nc.request(sys.argv[2], json.dumps({"marker": sys.argv[3]}).encode(), 30)
+        # The host cancels the call without a reply: the caller's own timeout ends the wait.
+        msg = await nc.request(sys.argv[2], json.dumps({"marker": sys.argv[3]}).encode(), 5)
         print(msg.data.decode())
     except Exception as exc:
         print(json.dumps({"error": type(exc).__name__}))
