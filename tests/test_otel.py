@@ -251,18 +251,17 @@ async def test_many_runs_share_one_adapter_each_with_its_own_tree(
     api: FakeMessagesAPI, exporter: InMemorySpanExporter
 ) -> None:
     otel = OtelEvents(provider_for(exporter))
-    # Whichever run asks first gets the next reply: each run calls one tool, then answers.
-    api.add(
-        Reply.tool_use("echo", {"text": "a"}),
-        Reply.tool_use("echo", {"text": "b"}),
-        Reply.text("done"),
-        Reply.text("done"),
-    )
+    # Each run has its own script (by its prompt), so neither can take the other's reply however
+    # the two interleave: each calls one tool, then answers.
+    for n in range(2):
+        api.add_conversation(
+            f"go {n}", Reply.tool_use("echo", {"text": f"{n}"}), Reply.text("done")
+        )
     config = make_config(api)
     runs = [
         Run.create(
             config,
-            "go",
+            f"go {n}",
             RunOptions(tools=[echo], events=otel, journal=MemoryJournal()),
             run_id=f"run-{n}",
         )
