@@ -28,6 +28,16 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check fisk_sm tests bench examples
 	$(BIN)/mypy --strict fisk_sm
 
+# A wheel of each transitions release pyproject.toml allows, for tests/test_transitions_contract.py
+# (downloaded once; again when pyproject.toml or the install changes).
+TRANSITIONS_WHEELS := $(VENV)/transitions-wheels/.fetched
+
+$(TRANSITIONS_WHEELS): pyproject.toml $(STAMP) tests/transitionskit.py
+	$(BIN)/python tests/transitionskit.py $(VENV)/transitions-wheels
+	touch $@
+
+test test-fast: $(TRANSITIONS_WHEELS)
+
 # pytest-xdist workers (one per core; `make test TEST_WORKERS=0` runs in one process).
 TEST_WORKERS ?= auto
 

@@ -22,6 +22,9 @@ The share of `transitions` itself is measured apart: the shared table's Machine,
 hooks that do nothing, fired around the seven states of one tool iteration.
 
     .venv/bin/python bench/loop_overhead.py [--iterations N] [--repeats R] [--profile]
+
+FISK_SM_BENCH_TREE=DIR measures the `fisk_sm` of another checkout DIR with this bench code
+(bench/compare_overhead.py does, to compare a revision with the working tree).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import cProfile
 import gc
 import io
 import operator
+import os
 import pstats
 import statistics
 import sys
@@ -40,7 +44,9 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# The tree whose fisk_sm is measured: this checkout, or another one that compare_overhead.py
+# exported (the bench code stays this file, so only the engine differs between the two).
+sys.path.insert(0, os.environ.get("FISK_SM_BENCH_TREE") or str(Path(__file__).resolve().parents[1]))
 
 from fisk_sm.config.agent import AgentConfig, parse_config
 from fisk_sm.config.states import States

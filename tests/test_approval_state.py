@@ -23,6 +23,7 @@ from fisk_sm.journal.records import (
     ToolResult,
     ToolStarted,
 )
+from fisk_sm.journal.snapshot import PendingApproval
 from fisk_sm.machine.path import session_path
 from fisk_sm.operator.prompter import Approval, ApprovalRequest, ScriptedPrompter
 from fisk_sm.testing import FakeMessagesAPI, Reply
@@ -113,10 +114,7 @@ async def test_a_suspend_during_the_wait_leaves_the_approval_pending_and_a_resum
     task = asyncio.create_task(run.run())
     await asyncio.wait_for(waiting.asked.wait(), 30)
     assert run.state == "awaiting_approval"
-    assert run.data.approval == {
-        "run_id": "parked", "tool_use_id": "t1", "name": "rm", "input": {"path": "/b"},
-        "tag": "ai:confirm",
-    }  # fmt: skip
+    assert run.data.approval == PendingApproval("parked", "t1", "rm", {"path": "/b"}, "ai:confirm")
     request = waiting.requests[0]
     assert (request.run_id, request.tool_use_id, request.arguments) == (
         "parked",

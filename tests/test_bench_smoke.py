@@ -24,6 +24,11 @@ BENCH = Path(__file__).resolve().parents[1] / "bench"
         ("concurrency.py", ["--runs", "4", "--calls", "2", "--latency", "0.001"], "throughput"),
         ("supervisor.py", ["--runs", "3", "--calls", "2", "--latency", "0.001"], "RSS per run"),
         ("distributed.py", ["--smallest"], "throughput ratio 3/1"),
+        (  # HEAD exported to a temporary directory against the working tree, one process each
+            "compare_overhead.py",
+            ["HEAD", "--runs", "1", "--iterations", "5", "--repeats", "1"],
+            "ratio new/old (medians)",
+        ),
     ],
 )
 def test_the_benchmark_runs(script: str, args: list[str], figure: str) -> None:
@@ -34,6 +39,8 @@ def test_the_benchmark_runs(script: str, args: list[str], figure: str) -> None:
     assert figure in done.stdout
     if script == "supervisor.py":  # every trial ran its runs to the iteration cap
         assert done.stdout.count("ended: {'iterations_exhausted': 3}") == 4, done.stdout
+    if script == "compare_overhead.py":  # each side measured its own tree's fisk_sm
+        assert "old: " in done.stdout and "new: working tree (HEAD " in done.stdout
     if script == "journal.py":  # the many-runs figure and the LangGraph baseline are there
         assert "durable records/s, 50 concurrent runs" in done.stdout
         assert "LangGraph get_state" in done.stdout

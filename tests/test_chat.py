@@ -23,6 +23,7 @@ from fisk_sm.loop.run import Run
 from fisk_sm.loop.sessions import resume_session, start_session
 from fisk_sm.machine.path import session_path
 from fisk_sm.model.anthropic import AnthropicModel, build_request
+from fisk_sm.model.blocks import Message
 from fisk_sm.testing import FakeMessagesAPI, Reply
 from fisk_sm.tools.base import tool
 
@@ -184,7 +185,7 @@ async def test_an_interrupt_stops_the_turn_at_the_next_boundary(api: FakeMessage
     assert states(run)[-5:] == [
         "execute", "feed_back", "suspend_check", "awaiting_input", "completed",
     ]  # fmt: skip
-    assert run.data.messages[-1]["content"][0]["type"] == "tool_result"
+    assert run.data.messages[-1].blocks()[0].type == "tool_result"
     assert list(session_path(run.harness.journal.records).states) == states(run)
 
 
@@ -245,7 +246,7 @@ async def test_streaming_hands_text_as_it_arrives_and_returns_the_whole_turn(
     pieces: list[str] = []
     model = AnthropicModel(config.llm, on_text=pieces.append)
     try:
-        request = build_request(config.llm, (), (), [{"role": "user", "content": "hi"}])
+        request = build_request(config.llm, (), (), [Message("user", "hi")])
         reply = await model.create(request)
         assert len(pieces) > 1 and "".join(pieces) == answer
         assert reply["content"] == [{"type": "text", "text": answer}]

@@ -42,6 +42,7 @@ from fisk_sm.journal.records import Assistant, Record, Terminal, ToolResult, Too
 from fisk_sm.journal.snapshot import Snapshot
 from fisk_sm.loop.actions import INTERRUPTED
 from fisk_sm.machine.guards import CALL_CANCELLED
+from fisk_sm.model.blocks import Message
 from fisk_sm.testing import FakeMessagesAPI, Reply, turn_of
 
 pytestmark = pytest.mark.slow
@@ -320,18 +321,19 @@ EVERY = [
 ]
 
 
-def key(messages: Iterable[dict[str, Any]]) -> str:
-    return json.dumps(list(messages), sort_keys=True)
+def key(messages: Iterable[Message | dict[str, Any]]) -> str:
+    """A conversation (typed, or as a request sent it) as comparable text."""
+    wire = [m.to_json() if isinstance(m, Message) else m for m in messages]
+    return json.dumps(wire, sort_keys=True)
 
 
 def blocks(snapshot: Snapshot, kind: str) -> list[dict[str, Any]]:
     """The content blocks of type `kind` in the folded conversation, in order."""
     return [
-        block
+        block.to_json()
         for message in snapshot.messages
-        if isinstance(message["content"], list)
-        for block in message["content"]
-        if block.get("type") == kind
+        for block in message.blocks()
+        if block.type == kind
     ]
 
 
@@ -344,7 +346,7 @@ def check_common(trial: Trial, repeatable: str | None) -> None:
     final = trial.final
     assert final.status == "completed", f"final status {final.status}"
     assert trial.resumes <= 1, f"{trial.resumes} resumes (a resumed run suspended)"
-    assert final.messages[-1]["content"][-1]["text"] == "all done", final.messages[-1]
+    assert final.messages[-1].to_json()["content"][-1]["text"] == "all done", final.messages[-1]
     assert [b["id"] for b in blocks(final, "tool_use")] == IDS
     answered = collections.Counter(b["tool_use_id"] for b in blocks(final, "tool_result"))
     assert answered == collections.Counter(IDS), f"tool_results per id: {answered}"

@@ -21,6 +21,7 @@ from fisk_sm.journal.records import (
     encode,
 )
 from fisk_sm.journal.snapshot import Snapshot, Usage
+from fisk_sm.model.blocks import Message
 
 TIERS = Usage(input_tokens=10, output_tokens=5, cache_read_tokens=3, cache_create_tokens=2)
 
@@ -65,14 +66,14 @@ def ended(seq: int, reason: str, message: str | None = None) -> Terminal:
 
 def test_meta_only_is_the_prompt_at_the_first_boundary() -> None:
     snap = fold([meta()])
-    assert snap.messages == ({"role": "user", "content": "the prompt"},)
+    assert snap.messages == (Message("user", "the prompt"),)
     assert (snap.iteration, snap.state, snap.status, snap.seq) == (0, "suspend_check", "open", 1)
 
 
 def test_a_fully_answered_turn_is_committed_with_one_user_message() -> None:
     snap = fold([meta(), turn(2, 1, use("a"), use("b")), result(3, "a"), result(4, "b")])
-    assert [m["role"] for m in snap.messages] == ["user", "assistant", "user"]
-    assert [b["tool_use_id"] for b in snap.messages[2]["content"]] == ["a", "b"]
+    assert [m.role for m in snap.messages] == ["user", "assistant", "user"]
+    assert [b["tool_use_id"] for b in snap.messages[2].to_json()["content"]] == ["a", "b"]
     assert (snap.state, snap.iteration, snap.tool_calls, snap.llm_calls) == (
         "suspend_check",
         1,
@@ -86,23 +87,23 @@ def test_a_fully_answered_turn_is_committed_with_one_user_message() -> None:
 def test_a_partly_answered_turn_resumes_in_execute_with_only_the_unanswered_calls() -> None:
     snap = fold([meta(), turn(2, 1, use("a"), use("b"), use("c")), result(3, "a"), started(4, "b")])
     assert snap.state == "execute"
-    assert [p["id"] for p in snap.pending] == ["b", "c"]
+    assert [p.id for p in snap.pending] == ["b", "c"]
     assert snap.answered == ("a",)
     assert snap.interrupted == ("b",)
-    assert snap.messages[-1]["role"] == "assistant"  # as in a live run after `journal`
+    assert snap.messages[-1].role == "assistant"  # as in a live run after `journal`
 
 
 def test_a_journaled_turn_with_nothing_started_resumes_in_decide() -> None:
     snap = fold([meta(), turn(2, 1, use("a")), ended(3, "budget_exhausted", "token budget")])
     assert snap.state == "decide"
-    assert [p["id"] for p in snap.pending] == ["a"]
+    assert [p.id for p in snap.pending] == ["a"]
     assert snap.status == "budget_exhausted" and snap.outcome == "token budget"
 
 
 def test_a_trailing_pause_turn_is_committed() -> None:
     paused = turn(2, 1, {"type": "text", "text": "..."}, stop="pause_turn")
     snap = fold([meta(), paused])
-    assert snap.messages[-1] == paused.message
+    assert snap.messages[-1].to_json() == paused.message
     assert snap.stop_reason == "pause_turn"
 
 
@@ -137,7 +138,7 @@ def test_user_records_merge_into_the_trailing_user_message_and_keep_the_iteratio
         User(seq=4, message={"role": "user", "content": [{"type": "text", "text": "and more"}]}),
     ]
     snap = fold(records)
-    assert snap.messages[-1] == {
+    assert snap.messages[-1].to_json() == {
         "role": "user",
         "content": [{"type": "text", "text": "more"}, {"type": "text", "text": "and more"}],
     }

@@ -258,12 +258,12 @@ def test_a_bug_while_structuring_the_config_is_not_reported_as_bad_input(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from fisk_sm.config import agent
+    from fisk_sm.config.structure import Structurer
 
     def broken(value: object, _t: object) -> object:
         raise AttributeError("a bug in a structure hook")
 
-    monkeypatch.setattr(agent, "_structure_duration", broken)
-    converter = agent._make_converter()
-    monkeypatch.setattr(agent, "_CONVERTER", converter)
+    fields = {**agent._FIELD_HOOKS, agent.Budget: {"call_timeout": broken}}
+    monkeypatch.setattr(agent, "_STRUCTURER", Structurer(fields, agent._TYPE_HOOKS))
     with pytest.raises(AttributeError, match="a bug in a structure hook"):
         parse_config({"llm": {"model": "m", "budget": {"call_timeout": "1s"}}}, env={})

@@ -345,4 +345,4 @@ async def test_the_readme_python_api_example_runs(
     run, events = await namespace["example"]()  # type: ignore[operator]
     assert run.state == "completed"
     assert [e.name for e in events.of(ToolFinished)] == ["add"]
-    assert run.data.messages[2]["content"][0]["content"] == "5"
+    assert run.data.messages[2].to_json()["content"][0]["content"] == "5"

@@ -310,5 +310,6 @@ def test_sync_facade_steps_without_an_event_loop(api: FakeMessagesAPI) -> None:
     )
     assert debugger.state == "call"
     assert debugger.run() == "completed"
-    assert debugger.snapshot().messages[-1]["content"] == [{"type": "text", "text": "sync ok"}]
+    last = debugger.snapshot().messages[-1].to_json()
+    assert last["content"] == [{"type": "text", "text": "sync ok"}]
     debugger.close()

@@ -80,7 +80,7 @@ async def test_breakpoints_on_the_system_and_the_tail_of_every_request(
     assert tails[0]["text"] == "add"
     assert [t["tool_use_id"] for t in tails[1:]] == ["tu_1", "tu_2"]
     # what is kept never carries a breakpoint: not the conversation, not the journal
-    assert "cache_control" not in json.dumps(run.data.messages)
+    assert "cache_control" not in json.dumps([m.to_json() for m in run.data.messages])
     assert "cache_control" not in json.dumps([repr(r) for r in journal.records])
 
 

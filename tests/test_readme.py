@@ -42,4 +42,4 @@ async def test_the_stepping_snippet_runs_with_the_readme_agent_yaml(
     assert run.state == "suspended"
     [request] = api.requests
     assert {t["name"] for t in request["tools"]} == {"add", "multiply"}
-    assert run.data.messages[-1]["content"][0]["content"] == "20"
+    assert run.data.messages[-1].to_json()["content"][0]["content"] == "20"

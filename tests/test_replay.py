@@ -24,6 +24,7 @@ from fisk_sm.loop.harness import RunOptions
 from fisk_sm.loop.replay import ReplayDiverged, ReplayModel, recorded_tools, replay
 from fisk_sm.loop.run import Run
 from fisk_sm.loop.sessions import start_session
+from fisk_sm.model.blocks import message_of
 from fisk_sm.testing import FakeMessagesAPI, Reply
 from fisk_sm.tools.base import tool
 
@@ -225,8 +226,8 @@ async def test_cache_breakpoints_are_ignored_and_a_call_past_the_recording_diver
         assert await run.run() == "completed", run.outcome
     before_answer = run.harness.request(list(run.data.messages[:-1]))
     caching = attrs.evolve(before_answer, cache_ttl="5m")
-    sent = attrs.evolve(caching, messages=caching.params()["messages"])
-    assert "cache_control" in sent.messages[-1]["content"][-1]
+    sent = attrs.evolve(caching, messages=[message_of(m) for m in caching.params()["messages"]])
+    assert "cache_control" in sent.messages[-1].to_json()["content"][-1]
     model = ReplayModel.from_records(records)
     model.calls = 2  # the request of iteration 2, as the SDK would get it
     reply = await model.create(sent)

@@ -227,7 +227,7 @@ def test_a_second_signal_aborts_at_once_and_the_journal_keeps_what_completed(
     assert "--resume a1" in err
     snap = fold(FileStore(state).load("a1"))
     assert snap.status == "open" and len(snap.interrupted) == 1
-    assert snap.pending[0]["name"] == "slow"
+    assert snap.pending[0].name == "slow"
     kinds = [json.loads(line)["type"] for line in journal.read_text().splitlines()]
     assert kinds == [
         "meta",

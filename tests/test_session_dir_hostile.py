@@ -187,7 +187,8 @@ def test_records_built_in_code_that_do_not_fold_are_refused_naming_the_file() ->
     """`fold_journal` also guards records `parse_journal` never saw (a store of another kind)."""
     meta = Meta(1, FORMAT_VERSION, "x", "t", {}, "p")
     turn = Assistant(2, 1, {"role": "assistant", "content": [{"type": "tool_use"}]}, "tool_use")
-    with pytest.raises(CorruptJournalError, match=r"^/j/x\.json: cannot fold: KeyError: 'id'$"):
+    malformed = r"message\.content\[0\]: a malformed tool_use block at seq 2"
+    with pytest.raises(CorruptJournalError, match=rf"^/j/x\.json: {malformed}$"):
         fold_journal(Path("/j/x.json"), [meta, turn])
 
 

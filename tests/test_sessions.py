@@ -205,7 +205,7 @@ async def test_a_snapshot_taken_mid_run_restores_through_json_and_finishes(
     await first.run_until("execute")
     text = first.snapshot().to_json()
     snapshot = Snapshot.from_json(text)
-    assert snapshot.state == "execute" and snapshot.pending[0]["id"] == "toolu_j"
+    assert snapshot.state == "execute" and snapshot.pending[0].id == "toolu_j"
     harness = Harness.build(config, RunOptions(tools=[note], journal=MemoryJournal()))
     again = Run.restore(snapshot, harness)
     assert await again.run() == "completed"

@@ -52,7 +52,7 @@ def check_restorable(path: Path, agent: Path) -> None:
     snapshot = Snapshot.from_json(path.read_text())
     run = Run.restore(snapshot, Harness.build(load_config(agent), RunOptions()))
     assert run.state == "execute"
-    assert run.data.pending[0]["name"] == "add"
+    assert run.data.pending[0].name == "add"
     asyncio.run(run.aclose())
 
 

@@ -8,7 +8,7 @@ from typing import Any
 from conftest import make_run
 
 from fisk_sm import Run, Step, Tool, tool
-from fisk_sm.loop.explain import ACTION_EFFECTS, ExitView
+from fisk_sm.loop.explain import ExitView, action_effects
 from fisk_sm.loop.stops import Stops
 from fisk_sm.machine.table import load_table
 from fisk_sm.model import clients
@@ -110,8 +110,9 @@ def test_one_sync_facade_serves_both_without_and_inside_a_loop(api: FakeMessages
 
 def test_every_action_says_which_guards_it_decides() -> None:
     table = load_table()
-    assert set(ACTION_EFFECTS) == table.action_names
-    assert all(effects <= table.guard_names for effects in ACTION_EFFECTS.values())
+    effects = action_effects(table)
+    assert set(effects) == table.action_names
+    assert all(decided <= table.guard_names for decided in effects.values())
 
 
 async def test_explain_before_a_tool(api: FakeMessagesAPI) -> None:
@@ -178,10 +179,10 @@ async def test_run_until_stops_before_a_named_tool(api: FakeMessagesAPI) -> None
     calls: list[tuple[int, int]] = []
     run, _, _ = make_run(api, [adder(calls)])
     assert await run.run_until(tool="mul") == "execute"
-    assert run.data.pending[0]["name"] == "mul"
+    assert run.data.pending[0].name == "mul"
     assert calls == [(2, 3)]  # add ran; mul has not
     assert await run.run_until(tool=["add"]) == "execute"
-    assert run.data.pending[0]["input"] == {"a": 5, "b": 1}
+    assert run.data.pending[0].input == {"a": 5, "b": 1}
     assert calls == [(2, 3)]
 
 

@@ -35,6 +35,7 @@ from fisk_sm.events.types import (
     ToolFinished,
     WarningRaised,
 )
+from fisk_sm.model.blocks import Message
 from fisk_sm.operator.sanitize import for_terminal, say, strip_control
 
 __all__ = ["LineUI", "transcript_lines"]
@@ -62,11 +63,13 @@ def _block_line(role: str, block: dict[str, Any]) -> str:
     return f"{role}: [{_preview(str(kind))}]"
 
 
-def transcript_lines(messages: Iterable[dict[str, Any]]) -> list[str]:
-    """A conversation as the lines the line UI shows for it, each safe for a terminal."""
+def transcript_lines(messages: Iterable[Message | dict[str, Any]]) -> list[str]:
+    """A conversation (typed, or as JSON: a `RunResumed` event's) as the lines the line UI
+    shows for it, each safe for a terminal."""
     lines = []
     for message in messages:
-        role, content = message["role"], message["content"]
+        wire: dict[str, Any] = message.to_json() if isinstance(message, Message) else message
+        role, content = wire["role"], wire["content"]
         if isinstance(content, str):
             lines.append(f"{role}: {_preview(content)}")
         else:

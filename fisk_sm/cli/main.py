@@ -203,6 +203,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         say("fisk-sm: interrupted")
         return 130
+    # A boundary: every command's failure ends here as one line and an exit code by its kind
+    # (the disk, the input, a bug), never a traceback unless --debug asks for one.
     except Exception as exc:
         if isinstance(exc, BrokenPipeError) and stdout_gone():
             silence_stdout()  # `| head`: the reader has had enough; no error, as `ctl` does

@@ -18,6 +18,7 @@ from pathlib import Path
 from fisk_sm.cli.lineui import transcript_lines
 from fisk_sm.cli.run import UsageError, session_store, store_for, uses_jetstream
 from fisk_sm.config.agent import AgentConfig, load_config
+from fisk_sm.config.jsontypes import JSONObject
 from fisk_sm.journal.filestore import FileStore, SessionInfo
 from fisk_sm.journal.jetstream import JetStreamStore, configured_url
 from fisk_sm.journal.jetstream_stream import init_stream
@@ -25,6 +26,7 @@ from fisk_sm.journal.parsing import fold_journal
 from fisk_sm.journal.records import Assistant, Record, Terminal, ToolResult, ToolStarted
 from fisk_sm.journal.snapshot import tool_uses
 from fisk_sm.machine.path import PathError, SessionPath, session_path
+from fisk_sm.model.blocks import ToolUseBlock, message_of
 from fisk_sm.operator.sanitize import sanitize, say, strip_control
 
 __all__ = ["cmd_session", "record_line", "session_paths", "session_records", "shown_status"]
@@ -89,12 +91,20 @@ def session_paths(
     return paths
 
 
+def _tool_uses(message: JSONObject) -> list[ToolUseBlock]:
+    """The calls of a journaled turn; none if it is not a message (the fold names that)."""
+    try:
+        return tool_uses(message_of(message))
+    except ValueError:
+        return []
+
+
 def record_line(record: Record) -> str:
     """One journal record as `session show` lists it, after its seq: `assistant (tool_use:
     add)`, `tool_result toolu_1 error`, `terminal suspended`."""
     kind = type(record).__name__
     if isinstance(record, Assistant):
-        names = [use.get("name", "?") for use in tool_uses(record.message)]
+        names = [use.name for use in _tool_uses(record.message)]
         detail = f"{record.stop_reason}: {', '.join(names)}" if names else record.stop_reason
         return f"assistant ({detail})"
     if isinstance(record, ToolStarted):

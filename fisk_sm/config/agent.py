@@ -7,21 +7,36 @@ Every problem is reported as a :class:`ConfigError` whose ``str()`` is
 
 from __future__ import annotations
 
-import math
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, get_args, get_origin
+from typing import TYPE_CHECKING, TypedDict
 
 import attrs
 
 from fisk_sm.config.errors import ConfigError, check, parse_duration, show
 from fisk_sm.config.exec import ExecToolSpec, parse_exec_tool
 from fisk_sm.config.harness import HarnessConfig, NatsConfig, RemoteHost
-from fisk_sm.config.limits import byte_limit_problem, parse_timeout
+from fisk_sm.config.limits import byte_limit_problem
 from fisk_sm.config.mcp import McpServer, check_mcp_servers, structure_argv
-from fisk_sm.config.names import CRASH_POLICIES, IDENTITY_RE, check_base_url
+from fisk_sm.config.names import (
+    base_url_problem,
+    check_base_url,
+    crash_policy_problem,
+    identity_problem,
+)
+from fisk_sm.config.structure import (
+    ConverterHook,
+    FieldHooks,
+    Located,
+    Problem,
+    Structurer,
+    structure_duration,
+    structure_errors,
+    structure_timeout,
+    translate,
+)
 from fisk_sm.config.telemetry import TelemetryConfig
 
 if TYPE_CHECKING:
@@ -33,6 +48,7 @@ __all__ = [
     "ConfigError",
     "LLMConfig",
     "Thinking",
+    "ToolLimits",
     "ToolSpec",
     "check_base_url",
     "load_config",
@@ -46,10 +62,6 @@ PROVIDERS = ("anthropic",)
 _ENV_BASE_URL = "ANTHROPIC_BASE_URL"
 
 
-class _Problem(Exception):
-    """Raised by structure hooks; the field path is added when translating."""
-
-
 def _default_max_tokens(value: int) -> int:
     return value or 200_000
 
@@ -58,22 +70,38 @@ def _default_max_iterations(value: int) -> int:
     return value or 50
 
 
-_non_negative = check(lambda v: "must not be negative" if v < 0 else None)
-_check_model = check(lambda v: None if v.strip() else "must not be empty")
-_check_provider = check(
-    lambda v: None if v in PROVIDERS else f"must be one of {', '.join(PROVIDERS)}, got {show(v)}"
-)
-_check_base_url_field = check(lambda v: None if v is None else check_base_url(v))
-_check_tool_ref = check(
-    lambda v: None if _TOOL_REF_RE.fullmatch(v) else f"expected 'module:function', got {show(v)}"
-)
-_check_crash_policy = check(
-    lambda v: None if v in CRASH_POLICIES else f"must be one of {CRASH_POLICIES}, got {show(v)}"
-)
-_check_byte_limit = check(lambda v: None if v is None else byte_limit_problem(v))
-_check_identity = check(
-    lambda v: None if IDENTITY_RE.fullmatch(v) else f"must match [a-zA-Z0-9_-]+, got {show(v)}"
-)
+def _negative_problem(value: float) -> str | None:
+    return "must not be negative" if value < 0 else None
+
+
+def _model_problem(value: str) -> str | None:
+    return None if value.strip() else "must not be empty"
+
+
+def _provider_problem(value: str) -> str | None:
+    if value in PROVIDERS:
+        return None
+    return f"must be one of {', '.join(PROVIDERS)}, got {show(value)}"
+
+
+def _tool_ref_problem(value: str) -> str | None:
+    if _TOOL_REF_RE.fullmatch(value):
+        return None
+    return f"expected 'module:function', got {show(value)}"
+
+
+def _optional_byte_limit_problem(value: int | None) -> str | None:
+    return None if value is None else byte_limit_problem(value)
+
+
+_non_negative = check(_negative_problem)
+_check_model = check(_model_problem)
+_check_provider = check(_provider_problem)
+_check_base_url_field = check(base_url_problem)
+_check_tool_ref = check(_tool_ref_problem)
+_check_crash_policy = check(crash_policy_problem)
+_check_byte_limit = check(_optional_byte_limit_problem)
+_check_identity = check(identity_problem)
 
 
 @attrs.frozen
@@ -119,6 +147,14 @@ class LLMConfig:
         return 16384 if self.thinking.enabled else 8192
 
 
+class ToolLimits(TypedDict):
+    """A Python tool's limits as agent.yaml gives them (None: not given)."""
+
+    timeout: float | None
+    max_output: int | None
+    max_image: int | None
+
+
 @attrs.frozen
 class ToolSpec:
     """A tool implemented by a Python function, given as ``"module:function"``."""
@@ -133,7 +169,7 @@ class ToolSpec:
     max_image: int | None = attrs.field(default=None, validator=_check_byte_limit)
 
     @property
-    def limits(self) -> dict[str, Any]:
+    def limits(self) -> ToolLimits:
         """The limits given here, for `load_tool`."""
         return {"timeout": self.timeout, "max_output": self.max_output, "max_image": self.max_image}
 
@@ -180,124 +216,30 @@ class AgentConfig:
         return Path.cwd() if work_dir is None else self.base_dir / Path(work_dir).expanduser()
 
 
-def _strict(kind: type, what: str) -> Callable[[object, object], Any]:
-    def structure(value: object, _t: object) -> Any:
-        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise _Problem(f"expected {what}, got {show(value)}")
-        return value
-
-    return structure
-
-
-def _structure_duration(value: object, _t: object) -> float:
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        if math.isfinite(value) and value >= 0:
-            return float(value)
-    elif isinstance(value, str):
-        try:
-            return parse_duration(value)
-        except ValueError as exc:
-            raise _Problem(str(exc)) from None
-    raise _Problem(f"invalid duration {show(value)}")
-
-
-def _structure_timeout(value: object, _t: object) -> float:
-    try:
-        return parse_timeout(value)
-    except ValueError as exc:
-        raise _Problem(str(exc)) from None
-
-
-def _make_converter() -> cattrs.Converter:
-    import cattrs
-    from cattrs.gen import make_dict_structure_fn, override
-
-    conv = cattrs.Converter(forbid_extra_keys=True)
-    for kind, what in ((int, "an integer"), (str, "a string"), (bool, "a boolean")):
-        conv.register_structure_hook(kind, _strict(kind, what))
-    overrides: dict[type, dict[str, Any]] = {
-        Budget: {"call_timeout": override(struct_hook=_structure_duration)},
-        AgentConfig: {"path": override(omit=True)},
-        ToolSpec: {"timeout": override(struct_hook=_structure_timeout)},
-        RemoteHost: {"timeout": override(struct_hook=_structure_timeout)},
-        McpServer: {
-            "command": override(struct_hook=structure_argv),
-            "timeout": override(struct_hook=_structure_duration),
-        },
-    }
-
-    def class_hook(cl: type) -> Callable[[object, object], Any]:
-        inner: Callable[[Any, Any], Any] = make_dict_structure_fn(cl, conv, **overrides.get(cl, {}))
-
-        def structure(value: object, t: object) -> Any:
-            if not isinstance(value, Mapping):
-                raise _Problem(f"expected a mapping, got {show(value)}")
-            return inner(value, cl)
-
-        return structure
-
-    def is_list_field(t: Any) -> bool:
-        return get_origin(t) is tuple and get_args(t)[-1:] == (Ellipsis,)
-
-    def list_hook(t: Any) -> Callable[[object, object], Any]:
-        item_type = get_args(t)[0]
-
-        def structure(value: object, _t: object) -> Any:
-            # A YAML scalar where a list belongs must not be iterated: 'ai:confirm' would
-            # become the tags 'a', 'i', ':', ... and the tool would escape the gate.
-            if not isinstance(value, list):
-                raise _Problem(f"expected a list, got {show(value)}")
-            return tuple(_structure_item(conv, i, item, item_type) for i, item in enumerate(value))
-
-        return structure
-
-    # Registered before the tools hook below, which then takes precedence for `tools`.
-    conv.register_structure_hook_factory(is_list_field, list_hook)
-    tools_type = tuple[ToolSpec | ExecToolSpec, ...]
-
-    def structure_tools(value: object, t: Any) -> Any:
-        if not isinstance(value, list):
-            raise _Problem(f"expected a list, got {show(value)}")
-        return tuple(_structure_tool(conv, index, item) for index, item in enumerate(value))
-
-    conv.register_structure_hook_factory(attrs.has, class_hook)
-    conv.register_structure_hook_func(lambda t: t == tools_type, structure_tools)
-    return conv
-
-
-def _structure_item(conv: cattrs.Converter, index: int, item: object, item_type: Any) -> Any:
-    try:
-        return conv.structure(item, item_type)
-    except _structure_errors() as exc:
-        raise _translate(exc, f"[{index}]", "") from None
+def _structure_tools(conv: cattrs.Converter, value: object) -> object:
+    if not isinstance(value, list):
+        raise Problem(f"expected a list, got {show(value)}")
+    return tuple(_structure_tool(conv, index, item) for index, item in enumerate(value))
 
 
 def _structure_tool(conv: cattrs.Converter, index: int, item: object) -> ToolSpec | ExecToolSpec:
     """A `python:` entry is a ToolSpec; a `command:` entry an exec tool (checked by exectool)."""
     where = f"tools[{index}]"
     if not isinstance(item, Mapping):
-        raise _Located(ConfigError("", where, f"expected a mapping, got {show(item)}"))
+        raise Located(ConfigError("", where, f"expected a mapping, got {show(item)}"))
     if "python" in item:
         try:
             spec: ToolSpec = conv.structure(item, ToolSpec)
-        except _structure_errors() as exc:
-            raise _Located(_translate(exc, where, "")) from None
+        except structure_errors() as exc:
+            raise Located(translate(exc, where, "")) from None
         return spec
     if "command" in item or "name" in item:
         try:
             return parse_exec_tool(item, index=index, source="")
         except ConfigError as exc:
-            raise _Located(exc) from None
+            raise Located(exc) from None
     problem = "a tool needs `python: module:function` or `name:` and `command: [...]`"
-    raise _Located(ConfigError("", where, problem))
-
-
-class _Located(Exception):
-    """A ConfigError whose field is already the full path from the top of the file."""
-
-    def __init__(self, error: ConfigError) -> None:
-        super().__init__(str(error))
-        self.error = error
+    raise Located(ConfigError("", where, problem))
 
 
 def _duplicate_tool(tools: tuple[ToolSpec | ExecToolSpec, ...], source: str) -> None:
@@ -311,59 +253,21 @@ def _duplicate_tool(tools: tuple[ToolSpec | ExecToolSpec, ...], source: str) -> 
             seen[spec.name] = index
 
 
-def _structure_errors() -> tuple[type[BaseException], ...]:
-    """What bad input raises while structuring; anything else is a bug and is not dressed up
-    as one. (A function: cattrs is imported when a config is first parsed, not at import.)"""
-    import cattrs
-
-    return (cattrs.BaseValidationError, ValueError, TypeError, KeyError, _Problem, _Located)
-
-
-#: The converter, built by the first `parse_config` (`_converter`): building it (and importing
-#: cattrs) cost some 10 ms of every `from fisk_sm import Run`, which may never parse a config.
-_CONVERTER: cattrs.Converter | None = None
-
-
-def _converter() -> cattrs.Converter:
-    global _CONVERTER  # built once, on first use
-    if _CONVERTER is None:
-        _CONVERTER = _make_converter()
-    return _CONVERTER
-
-
-def _join(prefix: str, name: str) -> str:
-    if not prefix or name.startswith("["):
-        return prefix + name
-    return f"{prefix}.{name}" if name else prefix
-
-
-def _translate(exc: BaseException, path: str, source: str) -> ConfigError:
-    """Turn the first problem in a (nested) cattrs exception into a ConfigError."""
-    from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
-
-    if isinstance(exc, _Located):
-        return ConfigError(source, exc.error.field, exc.error.problem)
-    if isinstance(exc, ConfigError):
-        return ConfigError(source, _join(path, exc.field), exc.problem)
-    if isinstance(exc, _Problem):
-        return ConfigError(source, path or "(top level)", str(exc))
-    if isinstance(exc, ForbiddenExtraKeysError):
-        key = sorted(exc.extra_fields, key=str)[0]
-        return ConfigError(source, _join(path, str(key)), "unknown key")
-    if isinstance(exc, ClassValidationError):
-        with_notes, others = exc.group_exceptions()
-        for sub in others:  # unknown keys and constructor validators come first
-            return _translate(sub, path, source)
-        for sub, note in with_notes:
-            if isinstance(sub, KeyError):
-                return ConfigError(source, _join(path, note.name), "required")
-            return _translate(sub, _join(path, note.name), source)
-    if isinstance(exc, IterableValidationError):
-        for sub, inote in exc.group_exceptions()[0]:
-            return _translate(sub, f"{path}[{inote.index}]", source)
-    if not isinstance(exc, ValueError | TypeError):
-        raise exc  # a bug in fisk-sm, found while structuring: not the input's fault
-    return ConfigError(source, path or "(top level)", f"invalid value ({exc})")
+#: The fields read in their own way (`fisk_sm.config.structure`): a duration, a timeout, an
+#: argv; `AgentConfig.path` is not a YAML key.
+_FIELD_HOOKS: FieldHooks = {
+    Budget: {"call_timeout": structure_duration},
+    AgentConfig: {"path": None},
+    ToolSpec: {"timeout": structure_timeout},
+    RemoteHost: {"timeout": structure_timeout},
+    McpServer: {"command": structure_argv, "timeout": structure_duration},
+}
+#: The tools, each a ToolSpec or an exec tool by its keys (`_structure_tool`).
+_TYPE_HOOKS: Mapping[object, ConverterHook] = {
+    tuple[ToolSpec | ExecToolSpec, ...]: _structure_tools
+}
+#: The converter, built by the first `parse_config`.
+_STRUCTURER = Structurer(_FIELD_HOOKS, _TYPE_HOOKS)
 
 
 def parse_config(
@@ -378,10 +282,7 @@ def parse_config(
         raise ConfigError(source, "(top level)", f"expected a mapping, got {show(data)}")
     if data.get("llm") is None:
         raise ConfigError(source, "llm.model", "required")
-    try:
-        config = _converter().structure(data, AgentConfig)
-    except _structure_errors() as exc:
-        raise _translate(exc, "", source) from exc
+    config = _STRUCTURER.structure(data, AgentConfig, source)
     _duplicate_tool(config.tools, source)
     check_mcp_servers(config.mcp_servers, source)
     env_url = (os.environ if env is None else env).get(_ENV_BASE_URL)

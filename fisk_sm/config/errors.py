@@ -10,9 +10,7 @@ from __future__ import annotations
 import re
 import reprlib
 from collections.abc import Callable
-from typing import Any
-
-import attrs
+from typing import Protocol, TypeVar
 
 __all__ = ["ConfigError", "check", "one_line", "parse_duration", "show"]
 
@@ -63,10 +61,20 @@ class ConfigError(ValueError):
         super().__init__(f"{self.source}: {self.field}: {self.problem}")
 
 
-def check(test: Callable[[Any], str | None]) -> Callable[[object, Any, Any], None]:
+_T = TypeVar("_T")
+
+
+class _Named(Protocol):
+    """What a validator reads of the attrs `Attribute` it checks (whatever the field's type)."""
+
+    @property
+    def name(self) -> str: ...
+
+
+def check(test: Callable[[_T], str | None]) -> Callable[[object, _Named, _T], None]:
     """An attrs validator that raises `ConfigError` with the problem `test` returns."""
 
-    def validate(_inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    def validate(_inst: object, attribute: _Named, value: _T) -> None:
         problem = test(value)
         if problem:
             raise ConfigError("<config>", attribute.name, problem)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
-from typing import Any, NoReturn
+from collections.abc import Iterable, Mapping, Sequence
+from typing import NoReturn
 
 import attrs
 
@@ -118,7 +118,7 @@ def _string_list(where: _Where, field: str, value: object, *, non_empty: bool) -
     return tuple(value)
 
 
-def _check_keys(where: _Where, prefix: str, raw: Mapping[Any, Any], known: Sequence[str]) -> None:
+def _check_keys(where: _Where, prefix: str, raw: Iterable[object], known: Sequence[str]) -> None:
     for key in raw:
         if key not in known:
             where.fail(f"{prefix}.{key}", f"unknown key (expected one of {', '.join(known)})")
@@ -185,7 +185,7 @@ def _parse_pass_env(where: _Where, value: object) -> tuple[str, ...]:
     return names
 
 
-def parse_exec_tool(raw: Mapping[str, Any], *, index: int, source: str) -> ExecToolSpec:
+def parse_exec_tool(raw: object, *, index: int, source: str) -> ExecToolSpec:
     """Validate one exec tool declaration (``tools[index]`` of ``source``).
 
     Raises :class:`ConfigError` whose field names the tool, e.g. ``tools[2] (say).command``.

@@ -10,7 +10,7 @@ import attrs
 
 from fisk_sm.config.errors import ConfigError, check, show
 from fisk_sm.config.limits import MAX_OUTPUT, byte_limit_problem, timeout_problem
-from fisk_sm.config.names import IDENTITY_RE, SUBJECT_RE
+from fisk_sm.config.names import identity_problem, subject_problem
 
 __all__ = [
     "HarnessConfig",
@@ -60,13 +60,7 @@ class SessionOptions:
     #: The jetstream backend's subject prefix: a session is `<prefix>.<id>.>`.
     prefix: str = attrs.field(
         default="fisk-sm.sessions",
-        validator=check(
-            lambda v: (
-                None
-                if SUBJECT_RE.fullmatch(v)
-                else f"not a NATS subject without wildcards: {show(v)}"
-            )
-        ),
+        validator=check(subject_problem),
     )
 
 
@@ -113,7 +107,7 @@ def _check_memory_backend(value: object) -> str | None:
     return f"must be 'file' or 'jetstream', got {show(value)}"
 
 
-def _check_nats_url(value: object) -> str | None:
+def _check_nats_url(value: str | None) -> str | None:
     if value is None or (isinstance(value, str) and re.match(r"(nats|tls|ws|wss)://.", value)):
         return None
     return f"must be a NATS URL (nats://host:port), got {show(value)}"
@@ -180,28 +174,19 @@ class ToolSelection:
         return not self.exclude.match(name, tags)
 
 
+def _host_timeout_problem(value: float | None) -> str | None:
+    # `timeout_problem` reads any value (a tool's `@tool` arguments); this field's is typed.
+    return timeout_problem(value)
+
+
 @attrs.frozen
 class RemoteHost:
     """A host of remote tools, reached over NATS request/reply under `subject`."""
 
-    alias: str = attrs.field(
-        validator=check(
-            lambda v: (
-                None if IDENTITY_RE.fullmatch(v) else f"must match [a-zA-Z0-9_-]+, got {show(v)}"
-            )
-        )
-    )
-    subject: str = attrs.field(
-        validator=check(
-            lambda v: (
-                None
-                if SUBJECT_RE.fullmatch(v)
-                else f"not a NATS subject without wildcards: {show(v)}"
-            )
-        )
-    )
+    alias: str = attrs.field(validator=check(identity_problem))
+    subject: str = attrs.field(validator=check(subject_problem))
     #: Seconds a call may wait for the host's reply; None: the run's `call_timeout`.
-    timeout: float | None = attrs.field(default=None, validator=check(timeout_problem))
+    timeout: float | None = attrs.field(default=None, validator=check(_host_timeout_problem))
     #: Bytes of text a call's result keeps (its head and tail; `fisk_sm.config.limits`).
     max_output: int = attrs.field(default=MAX_OUTPUT, validator=check(byte_limit_problem))
 

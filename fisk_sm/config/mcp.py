@@ -13,7 +13,12 @@ import attrs
 
 from fisk_sm.config.errors import ConfigError, check, show
 from fisk_sm.config.limits import MAX_IMAGE, MAX_OUTPUT, byte_limit_problem
-from fisk_sm.config.names import CRASH_POLICIES, IDENTITY_RE, check_base_url, pass_env_problem
+from fisk_sm.config.names import (
+    base_url_problem,
+    crash_policy_problem,
+    identity_problem,
+    pass_env_problem,
+)
 
 __all__ = ["McpServer", "check_mcp_servers", "structure_argv"]
 
@@ -35,6 +40,10 @@ def _pass_env_problem(names: Sequence[str]) -> str | None:
     return next((p for p in map(pass_env_problem, names) if p), None)
 
 
+def _positive_problem(value: float) -> str | None:
+    return None if value > 0 else "must be positive"
+
+
 def _tidy(tags: Sequence[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(t.strip() for t in tags if t.strip()))
 
@@ -45,19 +54,11 @@ class McpServer:
 
     #: Names the server in messages and in `fisk-sm info`; a tool whose name is taken becomes
     #: `<alias>_<name>`, as for remote tools.
-    alias: str = attrs.field(
-        validator=check(
-            lambda v: (
-                None if IDENTITY_RE.fullmatch(v) else f"must match [a-zA-Z0-9_-]+, got {show(v)}"
-            )
-        )
-    )
+    alias: str = attrs.field(validator=check(identity_problem))
     #: stdio: the program and its arguments, run in `harness.work_dir` in its own process group.
     command: tuple[str, ...] = ()
     #: streamable HTTP: the endpoint.
-    url: str | None = attrs.field(
-        default=None, validator=check(lambda v: None if v is None else check_base_url(v))
-    )
+    url: str | None = attrs.field(default=None, validator=check(base_url_problem))
     #: stdio: secret-looking variables the server may see (never ANTHROPIC_*).
     pass_env: tuple[str, ...] = attrs.field(default=(), validator=check(_pass_env_problem))
     #: Tags of every tool of the server (selection, confirm_tags): MCP has no such concept.
@@ -66,16 +67,10 @@ class McpServer:
     confirm: bool = True
     crash_policy: str = attrs.field(
         default="retry",
-        validator=check(
-            lambda v: (
-                None if v in CRASH_POLICIES else f"must be one of {CRASH_POLICIES}, got {show(v)}"
-            )
-        ),
+        validator=check(crash_policy_problem),
     )
     #: Seconds allowed for starting and listing the tools, and for each call.
-    timeout: float = attrs.field(
-        default=60.0, validator=check(lambda v: None if v > 0 else "must be positive")
-    )
+    timeout: float = attrs.field(default=60.0, validator=check(_positive_problem))
     #: Bytes of text a call's result keeps (its head and tail; `fisk_sm.config.limits`).
     max_output: int = attrs.field(default=MAX_OUTPUT, validator=check(byte_limit_problem))
     #: Bytes of base64 an image may have; a result with a bigger one is an is_error.

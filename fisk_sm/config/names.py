@@ -11,6 +11,8 @@ import ipaddress
 import re
 from urllib.parse import urlsplit
 
+from fisk_sm.config.errors import show
+
 __all__ = [
     "ALWAYS_STRIPPED_PREFIX",
     "CRASH_POLICIES",
@@ -18,9 +20,13 @@ __all__ = [
     "SUBJECT_RE",
     "TOOL_NAME_RE",
     "always_stripped_env_name",
+    "base_url_problem",
     "check_base_url",
+    "crash_policy_problem",
+    "identity_problem",
     "pass_env_problem",
     "secret_env_name",
+    "subject_problem",
 ]
 
 #: What happens on resume to a tool that was running when the process died.
@@ -36,6 +42,25 @@ SUBJECT_RE = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*")
 ALWAYS_STRIPPED_PREFIX = "ANTHROPIC_"
 _ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SECRET_NAME_RE = re.compile(r"^AWS_|_SECRET|_(?:TOKEN|KEY|PASSWORD)$", re.IGNORECASE)
+
+
+def identity_problem(value: str) -> str | None:
+    """Why ``value`` is not an identity or an alias (`IDENTITY_RE`), or None if it is one."""
+    return None if IDENTITY_RE.fullmatch(value) else f"must match [a-zA-Z0-9_-]+, got {show(value)}"
+
+
+def crash_policy_problem(value: str) -> str | None:
+    """Why ``value`` is not one of the `CRASH_POLICIES`, or None if it is one."""
+    if value in CRASH_POLICIES:
+        return None
+    return f"must be one of {CRASH_POLICIES}, got {show(value)}"
+
+
+def subject_problem(value: str) -> str | None:
+    """Why ``value`` is not a NATS subject without wildcards (`SUBJECT_RE`), or None."""
+    if SUBJECT_RE.fullmatch(value):
+        return None
+    return f"not a NATS subject without wildcards: {show(value)}"
 
 
 def always_stripped_env_name(name: str) -> bool:
@@ -60,6 +85,11 @@ def pass_env_problem(name: str) -> str | None:
     if always_stripped_env_name(name):
         return f"{name} is never passed to a tool (no {ALWAYS_STRIPPED_PREFIX}* variable is)"
     return None
+
+
+def base_url_problem(url: str | None) -> str | None:
+    """`check_base_url` for an optional URL: None (no URL given) is fine."""
+    return None if url is None else check_base_url(url)
 
 
 def check_base_url(url: str) -> str | None:

@@ -2,9 +2,10 @@
 
 `states/agent_loop.yaml` is the machine; this module only lists its state names for the code that
 has to name a state (the fold's resume state, the terminal messages, the command line's exit
-code). `fisk_sm.machine.table` checks, whenever it loads the table, that `STATE_NAMES` are
-exactly the states of the table, so renaming a state in the YAML alone fails at load with an
-error naming it.
+code). `fisk_sm.config.table` checks, whenever it loads a table, that every name in
+`STATE_NAMES` is a state of it, so renaming a state in the YAML alone fails at load with an
+error naming it; a table may declare more states (an extended copy of the loop's table), which
+only the table names.
 
 The names are plain `str`s, not an `Enum`: `transitions` reads an Enum-typed state by its member
 name, and a run's state must compare, hash and print as the YAML spells it. This module sits in

@@ -15,7 +15,7 @@ Pure: no I/O.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TypeVar, overload
 
 __all__ = ["UnencodableText", "is_encodable", "refuse_unencodable", "scrub", "scrub_json"]
 
@@ -49,9 +49,17 @@ def scrub(text: str) -> str:
     return _SURROGATE.sub(REPLACEMENT, text)
 
 
-def scrub_json(value: Any) -> Any:
+_T = TypeVar("_T")
+
+
+@overload
+def scrub_json(value: str) -> str: ...
+@overload
+def scrub_json(value: _T) -> _T: ...
+def scrub_json(value: object) -> object:
     """A JSON-shaped value (dicts, lists, strings, scalars) with `scrub` applied to every
-    string, keys included; the value itself when nothing needed replacing."""
+    string, keys included; the value itself when nothing needed replacing. The result has the
+    input's shape (a dict stays a dict, a tuple a tuple), so it has the input's type."""
     if isinstance(value, str):
         return scrub(value)
     if isinstance(value, dict):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import stat
-from typing import Any
+from typing import Protocol
 
 import yaml
 
@@ -26,8 +26,17 @@ MAX_BYTES = 1 << 20
 MAX_NESTING = 64
 
 
+class _Mark(Protocol):
+    """Where in the text a YAML event starts (the pure-Python and the C parser's marks)."""
+
+    @property
+    def line(self) -> int: ...
+    @property
+    def column(self) -> int: ...
+
+
 class _Refused(Exception):
-    def __init__(self, problem: str, mark: Any) -> None:
+    def __init__(self, problem: str, mark: _Mark | None) -> None:
         super().__init__(problem)
         self.problem, self.mark = problem, mark
 
@@ -37,7 +46,7 @@ class _Loader(yaml.SafeLoader):
 
     depth = 0
 
-    def compose_node(self, parent: Any, index: Any) -> Any:
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
         event = self.peek_event()  # type: ignore[no-untyped-call]
         if isinstance(event, yaml.AliasEvent):
             raise _Refused("YAML aliases are not allowed", event.start_mark)
@@ -83,7 +92,7 @@ def _read(path: str | os.PathLike[str], source: str, follow: bool) -> str:
         raise ConfigError(source, "(file)", f"not valid UTF-8 ({exc.reason})") from None
 
 
-def read_yaml(path: str | os.PathLike[str], source: str, *, follow: bool = True) -> Any:
+def read_yaml(path: str | os.PathLike[str], source: str, *, follow: bool = True) -> object:
     """The YAML document of the file at `path` (`source` names it in errors); `follow=False`
     refuses a symlink (for a path already resolved and checked). Blocking: call off the loop."""
     text = _read(path, source, follow)

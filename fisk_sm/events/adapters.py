@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, TextIO
+from typing import Protocol, TextIO
 
 import attrs
 import structlog
@@ -19,12 +19,12 @@ import structlog
 from fisk_sm.events.linewriter import Lane, shared_line_writer
 from fisk_sm.events.types import Event, ToolFinished, WarningRaised
 
-__all__ = ["JsonLinesEvents", "StructlogEvents", "event_fields"]
+__all__ = ["JsonLinesEvents", "Logger", "StructlogEvents", "event_fields"]
 
 OUTPUT_CAP = 2048
 
 
-def event_fields(event: Event) -> dict[str, Any]:
+def event_fields(event: Event) -> dict[str, object]:
     """An event's fields as its adapters write them (a long tool output capped, and marked)."""
     fields = event.fields()
     if isinstance(event, ToolFinished) and len(event.output) > OUTPUT_CAP:
@@ -33,11 +33,23 @@ def event_fields(event: Event) -> dict[str, Any]:
     return fields
 
 
+class Logger(Protocol):
+    """What `StructlogEvents` asks of its logger: a structlog bound logger has it."""
+
+    def info(self, event: str, **fields: object) -> object:
+        """Log `event` with `fields` at info level."""
+        ...
+
+    def warning(self, event: str, **fields: object) -> object:
+        """Log `event` with `fields` at warning level."""
+        ...
+
+
 @attrs.define
 class StructlogEvents:
     """Logs every event; warnings at warning level, everything else at info."""
 
-    logger: Any = attrs.field(factory=lambda: structlog.get_logger("fisk_sm"))
+    logger: Logger = attrs.field(factory=lambda: structlog.get_logger("fisk_sm"))
 
     def emit(self, event: Event) -> None:
         """Log `event` under its kind, with its fields as key-value pairs."""

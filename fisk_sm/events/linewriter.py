@@ -36,7 +36,7 @@ def _flush(lanes: dict[Lane, None]) -> None:
     for lane in lanes:
         try:
             lane.stream.flush()
-        except Exception as exc:  # a closed stream, a full disk: the sink reports it on close
+        except (OSError, ValueError) as exc:  # a full disk, a gone reader; a closed stream
             lane.error = lane.error or exc
     lanes.clear()
 
@@ -80,7 +80,7 @@ class LineWriter:
                     continue
                 try:
                     lane.stream.write(text)
-                except Exception as exc:  # reported by the sink on close, never lost here
+                except (OSError, ValueError) as exc:  # as in `_flush`; the sink reports it
                     lane.error = exc
                 else:
                     touched[lane] = None

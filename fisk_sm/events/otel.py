@@ -39,13 +39,12 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable
-from typing import Any
 
 import attrs
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from opentelemetry.util.types import AttributeValue
 
 from fisk_sm.events.types import (
     ApprovalAsked,
@@ -71,7 +70,23 @@ CAPTURE_CONTENT_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 #: Terminal states that are failures of the run (a suspend is not: it resumes).
 FAILED_STATES = frozenset({"failed", "budget_exhausted", "iterations_exhausted"})
 
-Attributes = dict[str, Any]
+Attributes = dict[str, AttributeValue]
+#: The events that make spans, span events or attributes (`OtelEvents.wants`).
+_KINDS = frozenset(
+    {
+        RunResumed,
+        RunStarted,
+        StateEntered,
+        MessageReceived,
+        ToolCalled,
+        ToolFinished,
+        ApprovalAsked,
+        ApprovalGranted,
+        ApprovalDenied,
+        WarningRaised,
+        RunEnded,
+    }
+)
 
 
 def usage_attributes(usage: Usage) -> dict[str, int]:
@@ -91,7 +106,7 @@ def _capture_from_env() -> bool:
 
 def _output_messages(text: str, finish_reason: str | None) -> str:
     """`gen_ai.output.messages` in the convention's JSON shape: one assistant text message."""
-    message: dict[str, Any] = {
+    message: dict[str, object] = {
         "role": "assistant",
         "parts": [{"type": "text", "content": text}],
     }
@@ -140,29 +155,35 @@ class OtelEvents:
         self.provider = provider
         self._runs: dict[str, _Open] = {}
         self._resumed: dict[str, RunResumed] = {}
-        self._handlers: dict[type[Event], Callable[[Any], None]] = {
-            RunResumed: self._run_resumed,
-            RunStarted: self._run_started,
-            StateEntered: self._state_entered,
-            MessageReceived: self._message_received,
-            ToolCalled: self._tool_called,
-            ToolFinished: self._tool_finished,
-            ApprovalAsked: self._gated,
-            ApprovalGranted: self._gated,
-            ApprovalDenied: self._gated,
-            WarningRaised: self._warning,
-            RunEnded: self._run_ended,
-        }
 
     def wants(self, kind: type[Event]) -> bool:
         """The kinds that make spans, span events or attributes."""
-        return kind in self._handlers
+        return kind in _KINDS
 
     def emit(self, event: Event) -> None:
         """Open, annotate or end the spans `event` stands for."""
-        handler = self._handlers.get(type(event))
-        if handler is not None:
-            handler(event)
+        if type(event) not in _KINDS:  # exactly these types (a subclass is not one of them)
+            return
+        # A match, not a table of handlers: each case narrows `event` for its handler.
+        match event:
+            case StateEntered():
+                self._state_entered(event)
+            case MessageReceived():
+                self._message_received(event)
+            case ToolCalled():
+                self._tool_called(event)
+            case ToolFinished():
+                self._tool_finished(event)
+            case GatedCall():
+                self._gated(event)
+            case WarningRaised():
+                self._warning(event)
+            case RunResumed():
+                self._run_resumed(event)
+            case RunStarted():
+                self._run_started(event)
+            case RunEnded():
+                self._run_ended(event)
 
     def open_runs(self) -> list[str]:
         """The runs whose span is open (started, not ended)."""

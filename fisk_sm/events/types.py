@@ -15,12 +15,15 @@ calls the run has started. Token counts travel as one `Usage`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any, Protocol, TypeVar
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import attrs
 
 from fisk_sm.events.usage import Usage
+
+if TYPE_CHECKING:
+    from fisk_sm.config.jsontypes import JSONObject
 
 __all__ = [
     "ApprovalAsked",
@@ -56,7 +59,7 @@ class Event:
         name = type(self).__name__
         return "".join("_" + c.lower() if c.isupper() else c for c in name).lstrip("_")
 
-    def fields(self) -> dict[str, Any]:
+    def fields(self) -> dict[str, object]:
         """The event's fields, run_id included; a `Usage` as a dict of its tiers."""
         fields = attrs.asdict(self, recurse=False)
         for name, value in fields.items():
@@ -81,7 +84,8 @@ class RunResumed(Event):
 
     state: str
     iteration: int
-    messages: tuple[dict[str, Any], ...]
+    #: The conversation in its wire form (JSON objects, as the journal holds them).
+    messages: tuple[JSONObject, ...]
     status: str
 
 
@@ -123,7 +127,8 @@ class ToolCalled(Event):
 
     name: str
     tool_use_id: str
-    input: dict[str, Any]
+    #: The call's JSON input, as the model sent it (only passed on: logged, traced).
+    input: Mapping[str, object]
     tool_kind: str = ""
     agent: str = ""
 
@@ -149,7 +154,8 @@ class GatedCall(Event):
 
     tool: str
     tool_use_id: str
-    arguments: dict[str, Any]
+    #: The call's JSON input, as the model sent it (only passed on: logged, traced).
+    arguments: Mapping[str, object]
     tag: str
 
 

@@ -5,7 +5,7 @@ It lives in this bottom layer because events carry it and the journal (above) re
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
 
 import attrs
 
@@ -40,7 +40,7 @@ class Usage:
         )
 
     @classmethod
-    def from_api(cls, usage: dict[str, Any] | None) -> Usage:
+    def from_api(cls, usage: Mapping[str, int | None] | None) -> Usage:
         """Read the `usage` object of a Messages API reply (missing tiers count 0)."""
         u = usage or {}
         return cls(

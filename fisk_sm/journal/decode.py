@@ -100,7 +100,8 @@ def _structure_slowly(cls: type, data: dict[str, Any]) -> Record:
             continue
         try:
             values[name] = coerce(data[name])
-        except Exception as exc:  # cattrs reports whatever a coercion raised
+        # What int() (of inf too), str() and `_mapping` raise: cattrs reports each as is.
+        except (ValueError, TypeError, OverflowError, AttributeError) as exc:
             problems.append(str(exc))
     extra = data.keys() - {name for name, _, _ in fields}
     if extra:

@@ -23,7 +23,7 @@ import re
 import signal
 import sys
 from collections.abc import Mapping
-from typing import Any, get_args
+from typing import get_args
 
 import attrs
 
@@ -110,7 +110,7 @@ class FailpointJournal:
     async def close(self) -> None:
         await self.inner.close()
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> object:
         # Whatever else the loop or the CLI asks of the real journal (its path, ...).
         return getattr(self.inner, name)
 

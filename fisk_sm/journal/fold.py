@@ -34,9 +34,9 @@ was one lower) folding to the same snapshot.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from fisk_sm.config.states import States
+from fisk_sm.config.table import Table, load_table
 from fisk_sm.journal.base import JournalError
 from fisk_sm.journal.records import (
     FORMAT_VERSION,
@@ -50,9 +50,18 @@ from fisk_sm.journal.records import (
     ToolStarted,
     User,
 )
-from fisk_sm.journal.snapshot import Message, RunData, Snapshot, tool_uses
+from fisk_sm.journal.snapshot import PendingApproval, RunData, Snapshot, tool_uses
+from fisk_sm.model.blocks import Message, ToolResultBlock, block_of, message_of
 
-__all__ = ["AT_INPUT", "FoldError", "approval_of", "fold", "merge_user"]
+__all__ = [
+    "AT_INPUT",
+    "FoldError",
+    "approval_of",
+    "final_answer",
+    "fold",
+    "merge_user",
+    "turn_over",
+]
 
 #: The message of the `suspended` terminal record of a chat suspended at its prompt.
 AT_INPUT = "suspended at the prompt, waiting for the user's next message"
@@ -64,20 +73,31 @@ class FoldError(JournalError):
 
 def merge_user(messages: list[Message], message: Message) -> None:
     """Append a user message, merging it into a trailing user message."""
-    if messages and messages[-1]["role"] == "user":
-        last = messages[-1]
-        messages[-1] = {"role": "user", "content": _blocks(last) + _blocks(message)}
+    if messages and messages[-1].role == "user":
+        messages[-1] = Message("user", messages[-1].blocks() + message.blocks())
     else:
         messages.append(message)
 
 
-def _blocks(message: Message) -> list[dict[str, Any]]:
-    content = message["content"]
-    return [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
+def _message(record: Assistant | User) -> Message:
+    """The typed message a record holds (the record keeps its JSON object: bytes unchanged)."""
+    try:
+        return message_of(record.message)
+    except ValueError as exc:
+        raise FoldError(f"{exc} at seq {record.seq}") from None
 
 
-def fold(records: Sequence[Record]) -> Snapshot:
-    """Fold `records` (meta first) into the snapshot a run resumes from."""
+def _result(record: ToolResult) -> ToolResultBlock:
+    block = block_of(record.result)
+    if not isinstance(block, ToolResultBlock):
+        raise FoldError(f"a tool result that is not a tool_result block at seq {record.seq}")
+    return block
+
+
+def fold(records: Sequence[Record], table: Table | None = None) -> Snapshot:
+    """Fold `records` (meta first) into the snapshot a run resumes from; a terminal record
+    must name a terminal state of `table`, the table the run was made from (the loop's own
+    by default)."""
     if not records or not isinstance(records[0], Meta):
         raise FoldError("the journal does not start with a meta record")
     meta = records[0]
@@ -96,7 +116,7 @@ def fold(records: Sequence[Record]) -> Snapshot:
 
     def commit() -> None:
         if turn is not None and data.results:
-            data.messages.append({"role": "user", "content": data.results})
+            data.messages.append(Message("user", tuple(data.results)))
         data.results = []
         started.clear()
         asked.clear()
@@ -111,8 +131,9 @@ def fold(records: Sequence[Record]) -> Snapshot:
         if isinstance(record, Assistant):
             commit()
             turn = record
-            data.messages.append(record.message)
-            data.turn, data.stop_reason = record.message, record.stop_reason
+            message = _message(record)
+            data.messages.append(message)
+            data.turn, data.stop_reason = message, record.stop_reason
             data.llm_calls += 1
             data.iteration = data.llm_calls
             data.usage, data.last_usage = data.usage + record.usage, record.usage
@@ -133,16 +154,16 @@ def fold(records: Sequence[Record]) -> Snapshot:
             if isinstance(record, ToolStarted):
                 started.add(record.tool_use_id)
             else:
-                data.results.append(record.result)
+                data.results.append(_result(record))
                 data.tool_calls += 1
                 data.tool_kinds[record.kind] = data.tool_kinds.get(record.kind, 0) + 1
         elif isinstance(record, User):
             commit()
             turn = None
-            merge_user(data.messages, record.message)
+            merge_user(data.messages, _message(record))
             data.follow_ups += 1
         elif isinstance(record, Terminal):
-            _check_terminal(record)
+            _check_terminal(record, table)
             terminal = record
     state = _resume_state(data, turn, started, asked, answers)
     if turn is not None and state == States.SUSPEND_CHECK:
@@ -163,22 +184,11 @@ def fold(records: Sequence[Record]) -> Snapshot:
     )
 
 
-#: The reasons a terminal record can give: the machine's terminal states.
-_ENDS = frozenset(
-    (
-        States.COMPLETED,
-        States.SUSPENDED,
-        States.FAILED,
-        States.BUDGET_EXHAUSTED,
-        States.ITERATIONS_EXHAUSTED,
-    )
-)
-
-
-def _check_terminal(record: Terminal) -> None:
-    """A run only ever ends in a terminal state, and only a suspend stops a chat at its prompt:
-    anything else was not written by a run, and no replay of it could be trusted."""
-    if record.reason not in _ENDS:
+def _check_terminal(record: Terminal, table: Table | None) -> None:
+    """A run only ever ends in a terminal state of its table, and only a suspend stops a chat
+    at its prompt: anything else was not written by a run, and no replay of it could be
+    trusted. (The table is read here, at the first terminal record, not at import.)"""
+    if record.reason not in (table or load_table()).terminal_states:
         raise FoldError(f"a terminal record with reason {record.reason!r} at seq {record.seq}")
     if record.message == AT_INPUT and record.reason != States.SUSPENDED:
         raise FoldError(f"a {record.reason} record at the prompt at seq {record.seq}")
@@ -194,19 +204,19 @@ def _resume_state(
     """Where a folded run continues; fills the pending batch of an open turn."""
     if turn is None:
         return States.SUSPEND_CHECK
-    answered = {r["tool_use_id"] for r in data.results}
-    uses = tool_uses(turn.message)
-    unanswered = [u for u in uses if u["id"] not in answered]
+    answered = {r.tool_use_id for r in data.results}
+    uses = tool_uses(data.turn)
+    unanswered = [u for u in uses if u.id not in answered]
     if uses and not unanswered:
         return States.SUSPEND_CHECK
     if not answered and not started and not asked:
         data.pending = uses
         return States.DECIDE
     data.pending = unanswered
-    data.interrupted = [u["id"] for u in unanswered if u["id"] in started]
+    data.interrupted = [u.id for u in unanswered if u.id in started]
     if not unanswered:
         raise FoldError("tool or approval records for a turn that called no tool")
-    first = unanswered[0]["id"]
+    first = unanswered[0].id
     if first in started:
         return States.EXECUTE
     answer = answers.get(first)
@@ -228,17 +238,23 @@ def _at_input(state: str, data: RunData, turn: Assistant | None, terminal: Termi
         return True
     if state != States.DECIDE or turn is None:
         return False
-    # as `chat_turn_ended` has it: a final answer, or a turn that cannot be used
-    final = not tool_uses(turn.message) and data.stop_reason != "pause_turn"
-    return final or data.stop_reason == "max_tokens"
+    return turn_over(data)  # the turn's pending calls are all of its calls (`decide`)
 
 
-def approval_of(request: ApprovalRequested) -> dict[str, Any]:
+def final_answer(data: RunData) -> bool:
+    """The turn is the model's answer: no tool call pending and not paused (the guard
+    `turn_is_final` is this, over a run's data)."""
+    return not data.pending and data.stop_reason != "pause_turn"
+
+
+def turn_over(data: RunData) -> bool:
+    """The turn ends a chat's turn: a final answer, or one truncated at the output cap (a
+    refusal is final too); the guard `chat_turn_ended` is this, in a chat."""
+    return final_answer(data) or data.stop_reason == "max_tokens"
+
+
+def approval_of(request: ApprovalRequested) -> PendingApproval:
     """The pending approval a run holds (`RunData.approval`) for `request`."""
-    return {
-        "run_id": request.run_id,
-        "tool_use_id": request.tool_use_id,
-        "name": request.name,
-        "input": dict(request.input),
-        "tag": request.tag,
-    }
+    return PendingApproval(
+        request.run_id, request.tool_use_id, request.name, dict(request.input), request.tag
+    )

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from fisk_sm.config.errors import one_line
 from fisk_sm.config.harness import stream_name_problem
@@ -54,14 +54,6 @@ class JetStreamIOError(JournalIOError):
     """The NATS server could not be reached or did not answer in time: not bad input."""
 
 
-def _nats() -> Any:
-    try:
-        import nats
-    except ImportError:
-        raise JetStreamConfigError(NEEDS_NATS) from None
-    return nats
-
-
 @contextlib.contextmanager
 def nats_errors(what: str) -> Iterator[None]:
     """Re-raise a NATS failure (no answer, a lost connection) as `JetStreamIOError` on `what`."""
@@ -79,7 +71,10 @@ async def _quiet(error: Exception) -> None:
 
 async def connect_nats(url: str, seconds: float) -> Client:
     """A connection to `url`; `JetStreamIOError` naming the URL if there is none."""
-    nats = _nats()
+    try:
+        import nats
+    except ImportError:
+        raise JetStreamConfigError(NEEDS_NATS) from None
     try:
         nc: Client = await nats.connect(
             url,

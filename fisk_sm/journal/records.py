@@ -20,10 +20,12 @@ from __future__ import annotations
 import functools
 import json
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import attrs
 
+# JSON too: attrs and cattrs resolve `JSONObject`'s forward reference ("JSON") in this namespace
+from fisk_sm.config.jsontypes import JSON, JSONObject  # noqa: F401
 from fisk_sm.config.text import scrub_json
 from fisk_sm.events.usage import Usage
 
@@ -57,14 +59,14 @@ class Meta:
     version: int
     run_id: str
     created: str
-    fingerprint: dict[str, Any]
+    fingerprint: JSONObject
     prompt: str
     #: A chat session (`fisk-sm chat`); written only when true, so one-shot metas are unchanged.
     interactive: bool = False
 
     @classmethod
     def new(
-        cls, run_id: str, fingerprint: dict[str, Any], prompt: str, *, interactive: bool = False
+        cls, run_id: str, fingerprint: JSONObject, prompt: str, *, interactive: bool = False
     ) -> Meta:
         """The meta record (seq 1) of a run created now."""
         created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -90,7 +92,9 @@ class Assistant:
 
     seq: int
     iteration: int
-    message: dict[str, Any]
+    #: The message in its wire form, exactly as the model sent it (`fisk_sm.model.blocks`
+    #: reads it): the journal holds what the model sent, byte for byte.
+    message: JSONObject
     stop_reason: str | None
     usage: Usage = attrs.Factory(Usage)
 
@@ -110,7 +114,7 @@ class ToolResult:
 
     seq: int
     tool_use_id: str
-    result: dict[str, Any]
+    result: JSONObject
     is_error: bool = False
     kind: str = "python"
 
@@ -124,7 +128,7 @@ class ApprovalRequested:
     run_id: str
     tool_use_id: str
     name: str
-    input: dict[str, Any]
+    input: JSONObject
     tag: str
 
 
@@ -144,7 +148,7 @@ class User:
     """A user follow-up message."""
 
     seq: int
-    message: dict[str, Any]
+    message: JSONObject
 
 
 @attrs.frozen
@@ -195,6 +199,15 @@ _TAGS = {
 _TIERS = tuple(f.name for f in attrs.fields(Usage))
 
 
+def _is_json_object(t: object) -> bool:
+    """Whether a field's type is `JSONObject` (a `dict` from `str` to the `JSON` union), as
+    cattrs meets it: with its forward reference resolved or not, so not by equality."""
+    import typing
+
+    args = typing.get_args(t)
+    return typing.get_origin(t) is dict and args[:1] == (str,) and len(typing.get_args(args[1])) > 1
+
+
 @functools.cache
 def _converter() -> cattrs.Converter:
     """The records' cattrs converter (the tagged union on `type`), built on the first call."""
@@ -203,15 +216,20 @@ def _converter() -> cattrs.Converter:
     from cattrs.strategies import configure_tagged_union
 
     converter = cattrs.Converter(forbid_extra_keys=True)
+    # A JSON object field (a message, a result, an input) is read as cattrs reads a
+    # `dict[str, Any]`: any mapping, copied (a non-mapping fails on `.items()`).
+    converter.register_structure_hook_func(_is_json_object, lambda value, _: dict(value.items()))
     nested_out = make_dict_unstructure_fn(Assistant, converter)
     nested_in = make_dict_structure_fn(Assistant, converter, _cattrs_forbid_extra_keys=True)
 
-    def flat_assistant(record: Assistant) -> dict[str, Any]:
-        data: dict[str, Any] = nested_out(record)
-        data.update(data.pop("usage"))  # usage is the last field: the tiers keep their place
+    def flat_assistant(record: Assistant) -> JSONObject:
+        data: JSONObject = nested_out(record)
+        tiers = data.pop("usage")
+        if isinstance(tiers, dict):  # always: usage is the last field, the tiers keep their place
+            data.update(tiers)
         return data
 
-    def nested_assistant(data: dict[str, Any], cls: type[Assistant]) -> Assistant:
+    def nested_assistant(data: JSONObject, cls: type[Assistant]) -> Assistant:
         if "usage" in data:  # not a key on disk: the tiers are
             raise ValueError(f"Extra fields in constructor for {cls.__name__}: usage")
         rest = dict(data)
@@ -240,7 +258,7 @@ if TYPE_CHECKING:
     converter: cattrs.Converter
 else:
 
-    def __getattr__(name: str) -> Any:
+    def __getattr__(name: str) -> object:
         """`converter`, built on first access (PEP 562); no other name is lazy."""
         if name == "converter":
             return _converter()
@@ -250,7 +268,7 @@ else:
 _FIELD_NAMES = {cls: tuple(f.name for f in attrs.fields(cls)) for cls in _TAGS}
 
 
-def _unstructure(record: Record) -> dict[str, Any]:
+def _unstructure(record: Record) -> dict[str, object]:
     """The record as the converter unstructures it (its fields in order, an assistant's usage
     as its tiers, then the tag) without the converter's per-field dispatch."""
     cls = type(record)

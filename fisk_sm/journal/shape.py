@@ -14,8 +14,7 @@ Nesting is bounded too: a value nested deeper than `MAX_DEPTH` is refused, since
 
 from __future__ import annotations
 
-from typing import Any
-
+from fisk_sm.config.jsontypes import JSONObject
 from fisk_sm.journal.records import ApprovalRequested, Assistant, Meta, Record, ToolResult, User
 
 __all__ = ["MAX_DEPTH", "check_depth", "check_shape"]
@@ -63,7 +62,7 @@ def check_shape(record: Record) -> None:
         pass  # typed all the way down by decode; the fingerprint and input are free-form
 
 
-def _message(message: dict[str, Any], where: str, *, blocks_only: bool) -> None:
+def _message(message: JSONObject, where: str, *, blocks_only: bool) -> None:
     """A user message's content may be a string; a model's is always a list of blocks."""
     if not isinstance(message.get("role"), str):
         raise ValueError(f"{where}.role: not a string")
@@ -77,7 +76,7 @@ def _message(message: dict[str, Any], where: str, *, blocks_only: bool) -> None:
         _block(block, f"{where}.content[{n}]")
 
 
-def _block(block: Any, where: str) -> None:
+def _block(block: object, where: str) -> None:
     if not isinstance(block, dict):
         raise ValueError(f"{where}: not an object")
     kind = block.get("type", "")

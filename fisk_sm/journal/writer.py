@@ -145,7 +145,9 @@ class GroupCommitWriter:
             batch = self._batches.take()
             try:
                 self._commit(batch)
-            except Exception as exc:  # a bug here must fail the appends, never hang their runs
+            # A boundary: this thread serves every run's appends, so a bug here must fail the
+            # batch's appends (with EIO) and keep serving, never hang their runs.
+            except Exception as exc:
                 failure = OSError(errno.EIO, f"journal writer failed: {exc!r}")
                 for item in batch:
                     item.channel.failure = item.channel.failure or failure

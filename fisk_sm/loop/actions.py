@@ -7,9 +7,11 @@ the run's data; it never chooses the next state, which is the guards' job. Each 
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import TYPE_CHECKING, Protocol
 
+from fisk_sm.config.agent import Budget
+from fisk_sm.config.jsontypes import JSONObject
 from fisk_sm.events.types import MessageReceived, ToolCalled, ToolFinished, WarningRaised, wants
 from fisk_sm.journal.fold import approval_of, merge_user
 from fisk_sm.journal.records import (
@@ -30,6 +32,7 @@ from fisk_sm.machine.guards import (
     unusable_turn,
 )
 from fisk_sm.model.anthropic import ModelError
+from fisk_sm.model.blocks import Message, ToolResultBlock, block_of
 from fisk_sm.operator.prompter import Approval, PromptCancelled
 from fisk_sm.tools.base import Outcome, Tool
 from fisk_sm.tools.gate import Audit, denial
@@ -40,7 +43,7 @@ if TYPE_CHECKING:
 __all__ = ["ACTIONS", "INTERRUPTED", "Inbox", "InputSource", "Phase"]
 
 #: Where a chat's next prompt comes from: the text, or None when the user ends the chat.
-InputSource = Callable[[], Coroutine[Any, Any, str | None]]
+InputSource = Callable[[], Coroutine[object, object, str | None]]
 
 INTERRUPTED = "outcome unknown: the run stopped while this tool was running"
 
@@ -74,7 +77,7 @@ class Phase(Protocol):
     input: InputSource | None
 
     @property
-    def budget(self) -> Any: ...
+    def budget(self) -> Budget: ...
 
     def next_seq(self) -> int: ...
 
@@ -109,7 +112,8 @@ async def call_model(run: Phase) -> None:
     data.llm_calls += 1
     data.last_usage = Usage.from_api(reply.get("usage"))
     data.usage = data.usage + data.last_usage
-    data.turn = {"role": "assistant", "content": reply.get("content") or []}
+    # the reply's blocks become records here, once; each keeps the object the model sent
+    data.turn = Message("assistant", tuple([block_of(b) for b in reply.get("content") or ()]))
     data.stop_reason = reply.get("stop_reason")
 
 
@@ -125,7 +129,7 @@ async def journal_turn(run: Phase) -> None:
     record = Assistant(
         seq=run.next_seq(),
         iteration=data.iteration,
-        message=turn,
+        message=turn.to_json(),
         stop_reason=data.stop_reason,
         usage=data.last_usage,
     )
@@ -163,8 +167,7 @@ async def execute_tool(run: Phase) -> None:
     data = run.data
     harness = run.harness
     call = data.pending[0]
-    name, use_id = call["name"], call["id"]
-    arguments = call.get("input") or {}
+    name, use_id, arguments = call.name, call.id, call.input
     data.tool_calls += 1
     known = harness.tools.tools.get(name)
     kind = known.kind if known is not None else "unknown"
@@ -199,15 +202,14 @@ async def execute_tool(run: Phase) -> None:
             is_error=outcome.is_error,
         )
         harness.events.emit(finished)
-    result: dict[str, Any] = {
-        "type": "tool_result",
-        "tool_use_id": use_id,
-        "content": list(outcome.blocks) if outcome.blocks else outcome.content,
-    }
-    if outcome.is_error:
-        result["is_error"] = True
+    content = tuple(outcome.blocks) if outcome.blocks else outcome.content
+    result = ToolResultBlock(use_id, content, outcome.is_error)
     record = ToolResult(
-        seq=run.next_seq(), tool_use_id=use_id, result=result, is_error=outcome.is_error, kind=kind
+        seq=run.next_seq(),
+        tool_use_id=use_id,
+        result=result.to_json(),
+        is_error=outcome.is_error,
+        kind=kind,
     )
     await harness.journal.append(record)
     data.results.append(result)
@@ -215,7 +217,7 @@ async def execute_tool(run: Phase) -> None:
 
 
 async def _interrupted(
-    run: Phase, tool: Tool | None, use_id: str, arguments: Mapping[str, Any]
+    run: Phase, tool: Tool | None, use_id: str, arguments: JSONObject
 ) -> Outcome | None:
     """A call that was running when the process died, under a crash policy other than retry.
 
@@ -238,12 +240,11 @@ async def check_gate(run: Phase) -> None:
     asked, and then the request is journaled and becomes the run's pending approval."""
     data, harness = run.data, run.harness
     call = data.pending[0]
-    use_id = call["id"]
-    tool = harness.tools.tools.get(call["name"])
-    arguments = call.get("input") or {}
+    use_id, arguments = call.id, call.input
+    tool = harness.tools.tools.get(call.name)
     if tool is None or use_id in data.interrupted:
         return  # execute rejects an unknown tool; an interrupted call was let through before
-    if harness.tools.rejection(call["name"], arguments) is not None:
+    if harness.tools.rejection(call.name, arguments) is not None:
         return
     audit = Audit(data.run_id, use_id, harness.events)
     verdict = harness.gate.screen(tool, arguments, audit, data.allowed)
@@ -270,7 +271,7 @@ async def await_approval(run: Phase) -> None:
     pending = data.approval
     if pending is None or run.suspend_requested:
         return
-    use_id, name = pending["tool_use_id"], pending["name"]
+    use_id, name = pending.tool_use_id, pending.name
     audit = Audit(data.run_id, use_id, harness.events)
     request = harness.gate.request(pending, harness.tools.tools.get(name))
     try:
@@ -291,7 +292,7 @@ async def await_approval(run: Phase) -> None:
 async def feed_back_results(run: Phase) -> None:
     """All results of the turn become one user message, the next call's input."""
     data = run.data
-    data.messages.append({"role": "user", "content": list(data.results)})
+    data.messages.append(Message("user", tuple(data.results)))
     data.results = []
 
 
@@ -326,14 +327,14 @@ async def await_input(run: Phase) -> None:
     if text is None:
         data.input_ended = True
         return
-    message = {"role": "user", "content": text}
-    await harness.journal.append(User(seq=run.next_seq(), message=message))
+    message = Message("user", text)
+    await harness.journal.append(User(seq=run.next_seq(), message=message.to_json()))
     merge_user(data.messages, message)
     data.follow_ups += 1
     data.at_input, data.error, data.stop_reason = False, None, None
 
 
-ACTIONS: dict[str, Callable[[Any], Awaitable[None]]] = {
+ACTIONS: dict[str, Callable[[Phase], Awaitable[None]]] = {
     f.__name__: f
     for f in (
         check_boundary,

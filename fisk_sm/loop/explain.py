@@ -2,78 +2,58 @@
 
 It names the action the table gives the current state, then each exit in the order
 `transitions` tries them, with its guard's value now, or "decided after the action" when the
-action can change what the guard reads (`ACTION_EFFECTS`): the model call decides `call_failed`
-and `call_cancelled`, a tool run decides whether tools are still pending, the boundary poll
-decides a suspend. When the values known now settle the exit, `next` names it. Guards are pure,
-so evaluating them here changes nothing.
+action can change what the guard reads (`action_effects`, derived from the table: a guard's
+`reads` meet the action's `changes`): the model call decides `call_failed` and
+`call_cancelled`, the boundary poll decides a suspend. An action whose change is certain
+(`preview:` in the table: a tool run answers exactly the first pending call) has the guards that
+read only what it previews evaluated on the run as it will be. When the values known now settle
+the exit, `next` names it. Guards are pure, so evaluating them here changes nothing.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Mapping
-from typing import Any
 
 import attrs
 
-from fisk_sm.journal.snapshot import Usage
+from fisk_sm.config.agent import Budget
+from fisk_sm.config.jsontypes import JSON
+from fisk_sm.journal.snapshot import RunData, Usage
 from fisk_sm.machine.guards import GUARDS, Facts
 from fisk_sm.machine.table import Table, TransitionSpec
 from fisk_sm.operator.sanitize import sanitize
 
-__all__ = ["ACTION_EFFECTS", "AFTER_ACTION", "ExitView", "Explanation", "explain"]
+__all__ = ["AFTER_ACTION", "PREVIEWS", "ExitView", "Explanation", "action_effects", "explain"]
 
 AFTER_ACTION = "decided after the action"
 
-#: For each action of the table, the guards whose inputs it may change: a guard listed for the
-#: current state's action is not known until the action has run. (tests/test_stepper.py checks
-#: that every action is listed and that what is "known" before a step is what the step finds.)
-ACTION_EFFECTS: Mapping[str, frozenset[str]] = {
-    "check_boundary": frozenset({"suspend_requested"}),
-    "call_model": frozenset(
-        {
-            "call_cancelled",
-            "call_failed",
-            "chat_call_failed",
-            "chat_turn_ended",
-            "chat_turn_stopped",
-            "iteration_cap_reached",
-            "over_budget",
-            "turn_is_final",
-            "turn_unusable",
-        }
-    ),
-    "journal_turn": frozenset(
-        {"chat_turn_ended", "tools_pending", "turn_is_final", "turn_unusable"}
-    ),
-    # it records an unusable turn as the error
-    "decide_turn": frozenset({"call_failed", "chat_call_failed"}),
-    "account_tokens": frozenset(),
-    # what a tool returns cannot change these; which calls stay pending is previewed below
-    "check_gate": frozenset({"approval_pending"}),
-    "await_approval": frozenset({"approval_pending"}),
-    "execute_tool": frozenset({"chat_turn_ended", "turn_is_final", "turn_unusable"}),
-    "feed_back_results": frozenset(),
-    # the user's answer: a follow-up (which grows the cap), the end of input, or a suspend
-    "await_input": frozenset(
-        {
-            "chat_turn_stopped",
-            "input_ended",
-            "iteration_cap_reached",
-            "suspend_requested",
-            "turn_is_final",
-            "chat_turn_ended",
-        }
-    ),
-}
+
+@functools.cache
+def action_effects(table: Table) -> Mapping[str, frozenset[str]]:
+    """For each action of `table`, the guards not known until it has run: those whose `reads`
+    meet the facts the action `changes`, unless they read only facts it previews. (Derived
+    once per table; tests/test_stepper.py checks that what is "known" before a step is what
+    the step finds.)"""
+    effects: dict[str, frozenset[str]] = {}
+    for state in table.states:
+        if state.action is None:
+            continue
+        changes = set(state.changes)
+        previewed = {fact for fact, _ in state.preview}
+        effects[state.action] = frozenset(
+            g.name for g in table.guards if changes & set(g.reads) and not set(g.reads) <= previewed
+        )
+    return effects
 
 
 @attrs.frozen
 class _Preview:
     """What the guards will read once an action has had the effect it certainly has."""
 
-    data: Any
-    budget: Any
+    data: RunData
+    budget: Budget
     suspend_requested: bool
     call_cancelled: bool
     interrupt_requested: bool
@@ -87,9 +67,9 @@ def _first_call_answered(run: Facts) -> Facts:
     )
 
 
-#: Actions whose effect on the guards' inputs is certain: their exits are evaluated, with the
-#: real guards, on a preview of the run after the action.
-PREVIEWS: Mapping[str, Callable[[Facts], Facts]] = {"execute_tool": _first_call_answered}
+#: How an action certainly changes a fact, by the name the table's `preview:` gives it: the
+#: guards that read only previewed facts are evaluated, for real, on the run as it will be.
+PREVIEWS: Mapping[str, Callable[[Facts], Facts]] = {"first_call_answered": _first_call_answered}
 
 
 @attrs.frozen
@@ -119,7 +99,7 @@ class Explanation:
     doc: str
     exits: tuple[ExitView, ...]
     next: str | None
-    pending: tuple[tuple[str, Mapping[str, Any]], ...]
+    pending: tuple[tuple[str, Mapping[str, JSON]], ...]
     usage: Usage
 
     def __str__(self) -> str:
@@ -143,26 +123,37 @@ class Explanation:
         return "\n".join(lines)
 
 
-def _holds(spec: TransitionSpec, run: Facts, unknown: frozenset[str]) -> bool | None:
+def _holds(
+    spec: TransitionSpec,
+    run: Facts,
+    unknown: frozenset[str],
+    guards: Mapping[str, Callable[[Facts], bool]],
+) -> bool | None:
     """Whether the exit holds now; None if a guard it needs is decided by the action."""
     needed = [name for name in (spec.guard, spec.unless) if name]
     if any(name in unknown for name in needed):
         return None
-    guard = GUARDS[spec.guard](run) if spec.guard else True
-    unless = GUARDS[spec.unless](run) if spec.unless else False
+    guard = guards[spec.guard](run) if spec.guard else True
+    unless = guards[spec.unless](run) if spec.unless else False
     return guard and not unless
 
 
-def explain(run: Facts, state: str, table: Table) -> Explanation:
-    """What stepping `run` from `state` will do, by `table`; evaluates only pure guards."""
-    spec = next(s for s in table.states if s.name == state)
-    unknown = ACTION_EFFECTS.get(spec.action or "")
-    if unknown is None:  # an action not listed may change anything
-        unknown = table.guard_names
-    preview = PREVIEWS.get(spec.action or "")
-    after = run if preview is None else preview(run)
+def explain(
+    run: Facts,
+    state: str,
+    table: Table,
+    guards: Mapping[str, Callable[[Facts], bool]] | None = None,
+) -> Explanation:
+    """What stepping `run` from `state` will do, by `table` and its `guards` (the loop's by
+    default: a run passes its machine's); evaluates only pure guards."""
+    guards = guards or GUARDS
+    spec = table.state(state)
+    unknown = action_effects(table).get(spec.action or "", frozenset())
+    after = run
+    for _fact, how in spec.preview:
+        after = PREVIEWS[how](after)
     exits = tuple(
-        ExitView(t.dest, t.condition, _holds(t, after, unknown)) for t in table.exits(state)
+        ExitView(t.dest, t.condition, _holds(t, after, unknown, guards)) for t in table.exits(state)
     )
     chosen: str | None = None
     for view in exits:
@@ -172,7 +163,7 @@ def explain(run: Facts, state: str, table: Table) -> Explanation:
             chosen = view.dest
             break
     data = run.data
-    pending = tuple((str(c.get("name")), dict(c.get("input") or {})) for c in data.pending)
+    pending = tuple((c.name, dict(c.input)) for c in data.pending)
     return Explanation(
         state=state,
         iteration=data.iteration,

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fisk_sm.loop.harness import Harness
+
+if TYPE_CHECKING:
+    from fisk_sm.config.jsontypes import JSONObject
 
 __all__ = ["ResumeRefused", "check_resume", "fingerprint"]
 
@@ -20,14 +23,14 @@ class ResumeRefused(Exception):
     """A session cannot be resumed; the message says why, and what to do."""
 
 
-def digest(value: Any) -> str:
+def digest(value: object) -> str:
     import hashlib  # here: only a run's creation or resume needs it
 
     text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def fingerprint(harness: Harness) -> dict[str, Any]:
+def fingerprint(harness: Harness) -> JSONObject:
     """The fingerprint of a run built on `harness` (before any resume reminder is added)."""
     llm = harness.config.llm
     return {
@@ -41,7 +44,7 @@ def fingerprint(harness: Harness) -> dict[str, Any]:
     }
 
 
-def _changes(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
+def _changes(saved: Mapping[str, object], current: Mapping[str, object]) -> list[str]:
     lines = []
     if saved.get("model") != current["model"]:
         lines.append(f"model: {saved.get('model')} -> {current['model']}")
@@ -61,8 +64,8 @@ def _changes(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
 
 def check_resume(
     run_id: str,
-    saved: Mapping[str, Any],
-    current: Mapping[str, Any],
+    saved: Mapping[str, object],
+    current: Mapping[str, object],
     *,
     completed: bool,
     force: bool = False,

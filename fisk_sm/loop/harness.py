@@ -20,14 +20,16 @@ import importlib
 import importlib.util
 import os
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import attrs
 
 from fisk_sm.config.agent import AgentConfig, ConfigError, ToolSpec
+from fisk_sm.config.jsontypes import JSONObject
 from fisk_sm.events.types import Events, Recorder
 from fisk_sm.journal.base import Journal, MemoryJournal
 from fisk_sm.model.anthropic import AnthropicModel, ModelClient, ModelRequest, build_request
+from fisk_sm.model.blocks import Message
 from fisk_sm.operator.prompter import NoOperator, Prompter
 from fisk_sm.tools.base import Tool, ToolBox, ToolLoadError, load_tool
 from fisk_sm.tools.gate import Gate
@@ -48,7 +50,7 @@ def _never() -> bool:
     return False
 
 
-def _text(text: str) -> dict[str, Any]:
+def _text(text: str) -> JSONObject:
     return {"type": "text", "text": text}
 
 
@@ -125,7 +127,7 @@ class NoModel:
     """A model for a harness that never calls one (`fisk-sm info`, listing a run's tools):
     building it needs no SDK client."""
 
-    async def create(self, request: ModelRequest) -> dict[str, Any]:
+    async def create(self, request: ModelRequest) -> JSONObject:
         """Refuse: nothing built with it may call the model."""
         raise RuntimeError("this harness was built without a model")
 
@@ -169,9 +171,9 @@ class Harness:
     events: Events
     gate: Gate = attrs.field(factory=lambda: Gate(NoOperator()))
     should_suspend: Callable[[], bool] = _never
-    system: tuple[dict[str, Any], ...] = ()
-    context: tuple[dict[str, Any], ...] = ()
-    tool_definitions: tuple[dict[str, Any], ...] = ()
+    system: tuple[JSONObject, ...] = ()
+    context: tuple[JSONObject, ...] = ()
+    tool_definitions: tuple[JSONObject, ...] = ()
     warnings: tuple[tuple[str, str, str], ...] = ()
     #: Whether the model was built here (so the run releases it), not handed in.
     owns_model: bool = False
@@ -297,7 +299,7 @@ class Harness:
                 if close is not None:
                     await close()
 
-    def request(self, messages: list[dict[str, Any]]) -> ModelRequest:
+    def request(self, messages: Sequence[Message]) -> ModelRequest:
         """The next model request over `messages`."""
         system = self.system + self.context if self.context else self.system
         interactive = self.gate.prompter.available

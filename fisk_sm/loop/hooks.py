@@ -7,17 +7,20 @@ every transition of every run.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fisk_sm.config.states import States
 from fisk_sm.events.types import RunEnded, StateEntered, wants
 from fisk_sm.machine.evaluator import Fire
 from fisk_sm.machine.guards import terminal_message
 
+if TYPE_CHECKING:
+    from fisk_sm.loop.run import Run
+
 __all__ = ["HOOKS"]
 
 
-def state_entered(run: Any, fire: Fire | None) -> None:
+def state_entered(run: Run, fire: Fire | None) -> None:
     """Every entry into every state is one `StateEntered` event, naming the transition taken
     (none for the state a run starts or resumes in)."""
     events = run.harness.events
@@ -35,7 +38,7 @@ def state_entered(run: Any, fire: Fire | None) -> None:
         events.emit(event)
 
 
-def run_ended(run: Any, fire: Fire | None) -> None:
+def run_ended(run: Run, fire: Fire | None) -> None:
     """A terminal state was entered: report how the run ended, with its totals."""
     data = run.data
     run.harness.events.emit(

@@ -12,7 +12,7 @@ Cancelling the task that drives the run (a second signal) is not a suspend: it p
 from __future__ import annotations
 
 from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
     import asyncio
@@ -31,7 +31,7 @@ class InFlight:
 
     def __init__(self) -> None:
         self.cancel_requested = False
-        self._task: asyncio.Task[Any] | None = None
+        self._task: asyncio.Task[object] | None = None
 
     def cancel(self) -> None:
         """Cancel the request in flight (and any later one); safe from any thread."""
@@ -40,7 +40,7 @@ class InFlight:
         if task is not None:
             task.get_loop().call_soon_threadsafe(task.cancel)
 
-    async def run(self, request: Coroutine[Any, Any, T]) -> T:
+    async def run(self, request: Coroutine[object, object, T]) -> T:
         """Await `request` as a cancellable task; `CallCancelled` if `cancel()` stopped it."""
         import asyncio
 

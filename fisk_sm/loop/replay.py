@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import copy
 from collections import deque
-from collections.abc import Callable, Coroutine, Iterable, Sequence
-from typing import Any
+from collections.abc import Coroutine, Iterable, Sequence
+from typing import Protocol
 
 import attrs
 
 from fisk_sm.config.agent import AgentConfig
+from fisk_sm.config.jsontypes import JSONObject
 from fisk_sm.journal.fold import fold
 from fisk_sm.journal.records import Assistant, Meta, Record, ToolResult, ToolStarted
 from fisk_sm.journal.snapshot import RunData, tool_uses
@@ -34,6 +35,7 @@ from fisk_sm.loop.fingerprint import digest
 from fisk_sm.loop.harness import Harness, RunOptions
 from fisk_sm.loop.run import Run, new_run_id
 from fisk_sm.model.anthropic import ModelError, ModelRequest
+from fisk_sm.model.blocks import message_of
 from fisk_sm.tools.base import Tool, ToolBox, ToolError
 
 __all__ = ["ReplayDiverged", "ReplayModel", "recorded_tools", "replay"]
@@ -43,13 +45,18 @@ class ReplayDiverged(ModelError):
     """A replayed run sent a request the recording does not have; the message says where."""
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: object) -> object:
     """`value` without the `cache_control` keys that prompt caching adds to the copies sent."""
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items() if k != "cache_control"}
     if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
+        return _plain_list(value)
     return value
+
+
+def _plain_list(values: Iterable[object]) -> list[object]:
+    """`_plain` of each of `values`."""
+    return [_plain(v) for v in values]
 
 
 def _meta(records: Sequence[Record]) -> Meta:
@@ -79,7 +86,7 @@ class ReplayModel:
         found = [(i, r) for i, r in enumerate(kept) if isinstance(r, Assistant)]
         return cls(kept, tuple(r for _, r in found), tuple(i for i, _ in found))
 
-    async def create(self, request: ModelRequest) -> dict[str, Any]:
+    async def create(self, request: ModelRequest) -> JSONObject:
         """The recorded reply to `request`; raises `ReplayDiverged` if the request departs."""
         iteration = self.calls
         self.calls += 1
@@ -109,25 +116,25 @@ class ReplayModel:
                 f"the model differs from the recording ({request.model!r}, recorded"
                 f" {saved.get('model')!r})"
             )
-        if not _same_system(_plain(request.system), saved.get("system_hash")):
+        if not _same_system(_plain_list(request.system), saved.get("system_hash")):
             return "the system prompt differs from the recording"
-        if digest(_plain(request.tools)) != saved.get("tools_hash"):
+        if digest(_plain_list(request.tools)) != saved.get("tools_hash"):
             return "the tool set differs from the recording"
         if ("adaptive" if request.thinking else "off") != saved.get("thinking"):
             return "the thinking mode differs from the recording"
         if iteration >= len(self.turns):
             return f"the recording ends after {len(self.turns)} model call(s)"
         recorded = fold(self.records[: self.starts[iteration]]).messages
-        sent = _plain(request.messages)
+        sent = _plain_list([m.to_json() for m in request.messages])
         for index, (mine, theirs) in enumerate(zip(sent, recorded, strict=False)):
-            if mine != _plain(theirs):
+            if mine != _plain(theirs.to_json()):
                 return f"message {index} differs from the recording"
         if len(sent) != len(recorded):
             return f"the conversation has {len(sent)} messages, the recording {len(recorded)}"
         return None
 
 
-def _same_system(system: list[dict[str, Any]], saved_hash: object) -> bool:
+def _same_system(system: list[object], saved_hash: object) -> bool:
     """Whether the blocks sent as `system` start with the recorded system prompt.
 
     The fingerprint hashes the system blocks alone; the context blocks sent after them (the
@@ -138,7 +145,10 @@ def _same_system(system: list[dict[str, Any]], saved_hash: object) -> bool:
     return any(digest(system[:n]) == saved_hash for n in range(len(system), shortest - 1, -1))
 
 
-Answer = Callable[..., Coroutine[Any, Any, str]]
+class Answer(Protocol):
+    """What a recorded tool calls: the next recorded result, for its keyword arguments."""
+
+    def __call__(self, **arguments: object) -> Coroutine[object, object, str]: ...
 
 
 @attrs.define
@@ -148,7 +158,7 @@ class _Answers:
     #: The recorded result of each call, by tool_use id.
     results: dict[str, ToolResult]
     #: The recorded input of each call, by tool_use id.
-    inputs: dict[str, Any]
+    inputs: dict[str, JSONObject]
     #: By tool name, the ids of the calls that ran (a `tool_started` record), in order.
     queues: dict[str, deque[str]]
 
@@ -157,7 +167,8 @@ class _Answers:
         answers = cls({}, {}, {})
         for record in records:
             if isinstance(record, Assistant):
-                answers.inputs.update((u["id"], u.get("input")) for u in tool_uses(record.message))
+                uses = tool_uses(message_of(record.message))
+                answers.inputs.update((u.id, u.input) for u in uses)
             elif isinstance(record, ToolStarted):
                 queue = answers.queues.setdefault(record.name, deque())
                 if record.tool_use_id not in queue:  # a call retried after a crash runs once
@@ -169,7 +180,7 @@ class _Answers:
     def answerer(self, name: str) -> Answer:
         """The function a recorded tool `name` calls: the next recorded call's result."""
 
-        async def answer(**arguments: Any) -> str:
+        async def answer(**arguments: object) -> str:
             queue = self.queues.get(name)
             if not queue:
                 raise ToolError(f"replay: the recording has no further {name!r} call to answer")

@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING
 from fisk_sm.config.states import States
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from fisk_sm.config.agent import AgentConfig, Budget
     from fisk_sm.journal.snapshot import RunData, Snapshot
     from fisk_sm.loop.actions import InputSource
@@ -33,9 +35,11 @@ if TYPE_CHECKING:
     from fisk_sm.loop.harness import Harness, RunOptions
     from fisk_sm.loop.stops import Stops
     from fisk_sm.loop.sync import SyncRun
-    from fisk_sm.machine.evaluator import Fire, LoopMachine, Step
+    from fisk_sm.machine.evaluator import Fire, LoopMachine, Predicate, Step
+    from fisk_sm.machine.guards import Facts
+    from fisk_sm.machine.table import Table
 
-__all__ = ["Run", "RunFinished", "SyncRun", "loop_machine"]
+__all__ = ["Run", "RunFinished", "SyncRun", "loop_machine", "machine_for"]
 
 
 def __getattr__(name: str) -> object:
@@ -52,15 +56,42 @@ class RunFinished(RuntimeError):
 
 
 @functools.cache
-def loop_machine() -> LoopMachine:
+def loop_machine() -> LoopMachine[Facts]:
     """The one machine every run shares (built, and the machine's modules imported, by the
     first run)."""
+    return machine_for()
+
+
+def machine_for(
+    table: Table | Path | None = None, guards: Mapping[str, Predicate] | None = None
+) -> LoopMachine[Facts]:
+    """A machine for another table (a `Table`, or the path of one: `load_table(path)`), whose
+    guards are the loop's plus `guards` (an extended table's own); the loop's table by default.
+
+    Build it once and give it to every run of it (`Run.create(..., machine=m)`); `run.explain()`
+    and `session_path(records, m.table, m.guards)` read the same table and guards. Raises
+    `TableError` naming a guard the table declares with no function, or a preview it names
+    that `fisk_sm.loop.explain` does not know."""
     from fisk_sm.loop.hooks import HOOKS
     from fisk_sm.machine.evaluator import build_machine
     from fisk_sm.machine.guards import GUARDS
-    from fisk_sm.machine.table import load_table
+    from fisk_sm.machine.table import Table, TableError, load_table
 
-    return build_machine(load_table(), GUARDS, HOOKS)
+    if table is not None and not isinstance(table, Table):
+        table = load_table(table)
+    if table is None:  # the loop's own (tests/test_table.py checks its previews)
+        table = load_table()
+    else:  # another table's previews are checked here (explain is imported for it)
+        from fisk_sm.loop.explain import PREVIEWS
+
+        unknown = [
+            (s.name, how) for s in table.states for _, how in s.preview if how not in PREVIEWS
+        ]
+        if unknown:
+            raise TableError(
+                f"{table.name}: state {unknown[0][0]!r} names unknown preview {unknown[0][1]!r}"
+            )
+    return build_machine(table, {**GUARDS, **(guards or {})}, HOOKS)
 
 
 @functools.cache
@@ -84,11 +115,18 @@ class Run:
     """One run of the agent loop. Not an attrs class: `transitions` sets `state` on it."""
 
     def __init__(
-        self, data: RunData, harness: Harness, state: str | None = None, *, seq: int = 0
+        self,
+        data: RunData,
+        harness: Harness,
+        state: str | None = None,
+        *,
+        seq: int = 0,
+        machine: LoopMachine[Facts] | None = None,
     ) -> None:
         from fisk_sm.loop.inflight import InFlight
 
-        self.machine = loop_machine()
+        #: the loop's shared machine, or one built once by `machine_for` from another table
+        self.machine = machine or loop_machine()
         self._actions = _actions()
         self.state: str = state or self.machine.table.initial
         self.data = data
@@ -113,16 +151,18 @@ class Run:
         *,
         run_id: str | None = None,
         chat: bool = False,
+        machine: LoopMachine[Facts] | None = None,
     ) -> Run:
         """A new run of `config` on `prompt`; what `options` leaves out is built from config.
-        A `chat` run waits in `awaiting_input` after each turn for a follow-up from `input`."""
+        A `chat` run waits in `awaiting_input` after each turn for a follow-up from `input`.
+        `machine` (from `machine_for`) runs it by another table; the loop's by default."""
         from fisk_sm.journal.snapshot import RunData
         from fisk_sm.loop.harness import Harness
 
         harness = Harness.build(config, options)
         data = RunData.begin(run_id or new_run_id(), prompt)
         data.chat = chat
-        return cls(data, harness)
+        return cls(data, harness, machine=machine)
 
     async def aclose(self) -> None:
         """Release what the run holds: its journal (a session's lock and file) and, if the
@@ -286,7 +326,7 @@ class Run:
         it is a readable report."""
         from fisk_sm.loop.explain import explain
 
-        return explain(self, self.state, self.machine.table)
+        return explain(self, self.state, self.machine.table, self.machine.guards)
 
     def snapshot(self) -> Snapshot:
         """A frozen copy of the state and the resumable data; JSON-ready (`to_json`)."""
@@ -298,7 +338,9 @@ class Run:
         )
 
     @classmethod
-    def restore(cls, snapshot: Snapshot, harness: Harness) -> Run:
+    def restore(
+        cls, snapshot: Snapshot, harness: Harness, *, machine: LoopMachine[Facts] | None = None
+    ) -> Run:
         """A run continuing from `snapshot` on freshly built infrastructure.
 
         Build the harness from the same config the run was started with::
@@ -318,7 +360,7 @@ class Run:
                 f"cannot restore {snapshot.run_id} at seq {snapshot.seq} onto a journal"
                 f" written up to seq {written}"
             )
-        return cls(snapshot.data(), harness, snapshot.state, seq=written)
+        return cls(snapshot.data(), harness, snapshot.state, seq=written, machine=machine)
 
     def answer(self) -> str:
         """The final answer's text (empty unless completed)."""

@@ -118,6 +118,13 @@ async def resume_session(
     run = Run.restore(snapshot, harness)
     run.resumed = True
     harness.events.emit(
-        RunResumed(run_id, snapshot.state, snapshot.iteration, snapshot.messages, snapshot.status)
+        # events leave the process as JSON: the conversation goes in its wire form
+        RunResumed(
+            run_id,
+            snapshot.state,
+            snapshot.iteration,
+            tuple(m.to_json() for m in snapshot.messages),
+            snapshot.status,
+        )
     )
     return run

@@ -56,7 +56,7 @@ class Stops:
         if state in self.states:
             return f"state {state}"
         if state == States.EXECUTE and data.pending:
-            name = data.pending[0].get("name")
+            name = data.pending[0].name
             if name in self.tools:
                 return f"tool {name}"
         for n in sorted(self.iterations):

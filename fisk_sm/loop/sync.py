@@ -16,7 +16,7 @@ put back after the call, and `close()` releases the copy on the loop that made i
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import attrs
 
@@ -59,7 +59,7 @@ class SyncRun:
         self.run_ = run
         self._runner = asyncio.Runner()
         self._helper: concurrent.futures.ThreadPoolExecutor | None = None
-        self._task: asyncio.Task[Any] | None = None
+        self._task: asyncio.Task[object] | None = None
         self._model: AnthropicModel | None = None  # the model's copy on the private loop
 
     def _call(self, make: Callable[[], Awaitable[T]]) -> T:
@@ -153,5 +153,6 @@ class SyncRun:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> object:
+        # For a person at a prompt (`r.data`); typed code uses `run_` or the properties above.
         return getattr(self.run_, name)

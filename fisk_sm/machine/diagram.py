@@ -22,7 +22,7 @@ import re
 from collections.abc import Sequence
 
 from fisk_sm.machine.path import SessionPath
-from fisk_sm.machine.table import Table, TransitionSpec
+from fisk_sm.machine.table import StateSpec, Table, TransitionSpec
 
 __all__ = ["FORMATS", "DiagramError", "draw", "exit_label", "render"]
 
@@ -196,10 +196,22 @@ def dot(table: Table, paths: Sequence[SessionPath] = ()) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _meaning(spec: StateSpec) -> str:
+    """A state's hover text: its doc, and what its action may change and journals (as the
+    table declares them)."""
+    parts = [spec.doc]
+    if spec.changes:
+        parts.append("changes: " + ", ".join(spec.changes))
+    if spec.journals:
+        kinds = (j.record + (f" ({j.runs})" if j.runs else "") for j in spec.journals)
+        parts.append("journals: " + ", ".join(kinds))
+    return "\n".join(parts)
+
+
 def _node(table: Table, overlay: _Overlay, name: str) -> str:
     spec = next(s for s in table.states if s.name == name)
     base: dict[str, str | int] = {"label": name, "peripheries": 2 if spec.terminal else 1}
-    base["tooltip"] = spec.doc
+    base["tooltip"] = _meaning(spec)
     if not overlay:
         return _attrs(**base)
     base["id"] = f"state_{name}"

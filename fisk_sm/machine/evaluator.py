@@ -42,20 +42,44 @@ library never configures that logger (the command line sets it to WARNING).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from enum import Enum
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Generic, Protocol, TypeAlias, TypeVar
 
 import attrs
 from transitions import Event, EventData, Machine, State, Transition
 
 from fisk_sm.machine.table import Table, TableError, TransitionSpec
 
-__all__ = ["Fire", "GuardCheck", "LoopMachine", "Stateful", "Step", "build_machine"]
+if TYPE_CHECKING:
+    from transitions.core import Callback
 
-Predicate = Callable[[Any], bool]
+    from fisk_sm.machine.guards import Facts
+
+__all__ = [
+    "Fire",
+    "Guard",
+    "GuardCheck",
+    "Hook",
+    "LoopMachine",
+    "Predicate",
+    "Stateful",
+    "Step",
+    "build_machine",
+]
+
+#: The model object a machine's guards (`G`) or entry hooks (`M`) are given: a live run, or the
+#: replay's stand-in for one (`fisk_sm.machine.reading.ReplayRun`).
+G = TypeVar("G")
+M = TypeVar("M")
+R_co = TypeVar("R_co", covariant=True)
+#: A guard over the runs of type `G`.
+Guard: TypeAlias = Callable[[G], bool]
+#: A loop guard: a pure predicate over what a guard may read (`fisk_sm.machine.guards`). The
+#: loop's machines hold these (`explain` evaluates them on a run, or on a run as it will be).
+Predicate: TypeAlias = Callable[["Facts"], bool]
 #: An entry hook: the run, and the fire that brought it in (None for the state it starts in).
-Hook = Callable[[Any, "Fire | None"], None]
+Hook: TypeAlias = Callable[[M, "Fire | None"], None]
 
 
 class _State(State):
@@ -97,9 +121,20 @@ class _Machine(Machine):
         found = self.states.get(state) if isinstance(state, str) else None
         return found if found is not None else super().get_state(state)
 
-    def callbacks(self, funcs: Iterable[Any], event_data: EventData) -> None:
+    def callbacks(self, funcs: Iterable[Callback], event_data: EventData) -> None:
         for func in funcs:
             self.callback(func, event_data)
+
+
+class _Fired(Protocol[R_co]):
+    """The `EventData` transitions hands this machine's callbacks (`send_event=True`), as the
+    machine uses it: the run the trigger was fired for (`LoopMachine.fire`), and the trigger's
+    arguments, the `Fire` alone (none when `LoopMachine.enter` runs a state's entry hooks)."""
+
+    @property
+    def model(self) -> R_co: ...
+    @property
+    def args(self) -> Sequence[Fire]: ...
 
 
 class Stateful(Protocol):
@@ -155,8 +190,8 @@ class Fire:
 
 
 @attrs.frozen
-class LoopMachine:
-    """The table and the shared `transitions` Machine built from it."""
+class LoopMachine(Generic[G]):
+    """The table and the shared `transitions` Machine built from it, whose guards take `G`."""
 
     table: Table
     machine: Machine
@@ -165,6 +200,8 @@ class LoopMachine:
     actions: Mapping[str, str]
     #: the transitions `Event` each non-terminal state fires, looked up once per fire
     trigger_events: Mapping[str, Event]
+    #: the guard functions by name (what `explain` evaluates, as the fires do)
+    guards: Mapping[str, Guard[G]] = attrs.field(factory=dict)
 
     def fire(self, run: Stateful) -> Fire:
         """Fire the trigger of the run's state through `transitions`: the first exit whose
@@ -208,10 +245,10 @@ class LoopMachine:
         return state in self.terminal
 
 
-def _hook(fn: Hook) -> Callable[[EventData], None]:
+def _hook(fn: Hook[M]) -> Callable[[_Fired[M]], None]:
     # transitions hands callbacks its EventData (send_event=True); a hook gets the run and the
     # Fire, whose `taken` exit is already noted (before_state_change runs before the entry).
-    def enter(event: EventData) -> None:
+    def enter(event: _Fired[M]) -> None:
         args = tuple(event.args)
         fn(event.model, args[0] if args else None)
 
@@ -220,12 +257,12 @@ def _hook(fn: Hook) -> Callable[[EventData], None]:
 
 
 def _condition(
-    fn: Predicate, spec: TransitionSpec, name: str, unless: bool
-) -> Callable[[EventData], bool]:
+    fn: Guard[G], spec: TransitionSpec, name: str, unless: bool
+) -> Callable[[_Fired[G]], bool]:
     # The check is noted as transitions makes it, on the Fire passed to trigger(run, fire).
-    def check(event: EventData) -> bool:
+    def check(event: _Fired[G]) -> bool:
         value = bool(fn(event.model))
-        event.args[0].checks.append((spec, name, value, unless))  # type: ignore[index]
+        event.args[0].checks.append((spec, name, value, unless))
         return value
 
     check.__name__ = name
@@ -233,19 +270,23 @@ def _condition(
 
 
 def build_machine(
-    table: Table, guards: Mapping[str, Predicate], hooks: Mapping[str, Hook]
-) -> LoopMachine:
-    """Build the shared machine; every guard and hook the table names must be given."""
-    missing = sorted(table.guard_names - set(guards)) + sorted(table.hook_names - set(hooks))
+    table: Table, guards: Mapping[str, Guard[G]], hooks: Mapping[str, Hook[M]]
+) -> LoopMachine[G]:
+    """Build the shared machine; every guard the table declares and every hook it names must
+    be given (a `TableError` names the ones that are not)."""
+    missing = sorted(table.guard_names - set(guards))
     if missing:
-        raise TableError(f"the table names unknown guards or hooks: {', '.join(missing)}")
+        raise TableError(f"the table declares guard(s) with no function: {', '.join(missing)}")
+    missing = sorted(table.hook_names - set(hooks))
+    if missing:
+        raise TableError(f"the table names unknown hook(s): {', '.join(missing)}")
     states = [
         {"name": s.name, "on_enter": [_hook(hooks[h]) for h in s.on_enter], "final": s.terminal}
         for s in table.states
     ]
     transitions = []
     for t in table.transitions:
-        spec: dict[str, Any] = {"trigger": t.trigger, "source": t.source, "dest": t.dest}
+        spec: dict[str, object] = {"trigger": t.trigger, "source": t.source, "dest": t.dest}
         if t.guard:
             spec["conditions"] = [_condition(guards[t.guard], t, t.guard, False)]
         if t.unless:
@@ -280,4 +321,5 @@ def build_machine(
         terminal=frozenset(table.terminal_states),
         actions={s.name: s.action for s in table.states if s.action},
         trigger_events={source: machine.events[t] for source, t in triggers.items()},
+        guards={name: guards[name] for name in table.guard_names},
     )

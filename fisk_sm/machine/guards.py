@@ -14,12 +14,12 @@ instead, so those states stay terminal and a one-shot run never takes a chat exi
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
 
 from fisk_sm.config.agent import Budget
 from fisk_sm.config.states import States
-from fisk_sm.journal.fold import AT_INPUT
-from fisk_sm.journal.snapshot import RunData
+from fisk_sm.journal.fold import AT_INPUT, final_answer, turn_over
+from fisk_sm.journal.snapshot import PendingApproval, RunData
 
 __all__ = [
     "CALL_CANCELLED",
@@ -94,7 +94,7 @@ def chat_call_failed(run: Facts) -> bool:
 
 def turn_is_final(run: Facts) -> bool:
     """No tool_use and not a paused turn: the model has answered."""
-    return not run.data.pending and run.data.stop_reason != "pause_turn"
+    return final_answer(run.data)
 
 
 def unusable_turn(run: Facts) -> str | None:
@@ -116,7 +116,7 @@ def turn_unusable(run: Facts) -> bool:
 def chat_turn_ended(run: Facts) -> bool:
     """A chat's turn is over: a final answer, or one that cannot be used (reported); the chat
     waits for the next prompt."""
-    return run.data.chat and (turn_unusable(run) or turn_is_final(run))
+    return run.data.chat and turn_over(run.data)
 
 
 def input_ended(run: Facts) -> bool:
@@ -160,9 +160,9 @@ GUARDS = {
 }
 
 
-def awaiting_approval_message(approval: dict[str, Any]) -> str:
+def awaiting_approval_message(approval: PendingApproval) -> str:
     """The message of a run suspended while an approval was pending."""
-    return f"suspended awaiting approval of {approval.get('name')} ({approval.get('tool_use_id')})"
+    return f"suspended awaiting approval of {approval.name} ({approval.tool_use_id})"
 
 
 def terminal_message(state: str, run: Facts) -> str | None:

@@ -5,7 +5,8 @@ Machine built from the same table (`fisk_sm.machine.evaluator.build_machine`) is
 transition, and its guards read what the journal shows instead of a live run. Nothing is
 journaled for the path: it costs the journal no byte and no fsync.
 
-How the records map to the machine:
+How the records map to the machine (the table declares it: each state's `journals:` and
+`resume:`, each guard's `replay:`; `fisk_sm.machine.reading` derives the replay from them):
 
 - `meta` enters the initial state (`suspend_check`);
 - the `journal` state's action consumes one `assistant` record, the `gate` state's the
@@ -45,17 +46,14 @@ enters `suspended` by `taken_over`, then `resume`s.
 
 from __future__ import annotations
 
-import functools
-import itertools
 from collections import Counter
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
 
 import attrs
 
 from fisk_sm.config.states import States
 from fisk_sm.journal.base import JournalError
-from fisk_sm.journal.fold import AT_INPUT, approval_of, fold
+from fisk_sm.journal.fold import approval_of, fold
 from fisk_sm.journal.records import (
     ApprovalAnswered,
     ApprovalRequested,
@@ -69,9 +67,11 @@ from fisk_sm.journal.records import (
     is_takeover,
 )
 from fisk_sm.journal.snapshot import RunData, tool_uses
-from fisk_sm.machine.evaluator import LoopMachine, build_machine
-from fisk_sm.machine.guards import CALL_CANCELLED, GUARDS
+from fisk_sm.machine.evaluator import Predicate
+from fisk_sm.machine.guards import GUARDS
+from fisk_sm.machine.reading import Reading, ReplayRun, reading
 from fisk_sm.machine.table import Table, load_table
+from fisk_sm.model.blocks import message_of
 
 __all__ = ["RESUME", "TAKEOVER", "PathError", "PathStep", "SessionPath", "session_path"]
 
@@ -80,38 +80,6 @@ RESUME = "resume"
 #: The trigger of the step into `suspended` where another owner took the run over (anywhere:
 #: the old owner's lease had expired), before its `resume`.
 TAKEOVER = "taken_over"
-
-# Guards over facts no record holds: each holds when the next record is this terminal record.
-# A suspend-now that cut a call journals nothing of it; its terminal record's message says so.
-_EVIDENCE: dict[str, tuple[str, bool | None]] = {
-    "iteration_cap_reached": (States.ITERATIONS_EXHAUSTED, None),
-    "suspend_requested": (States.SUSPENDED, False),
-    "call_cancelled": (States.SUSPENDED, True),
-    "call_failed": (States.FAILED, None),
-    "over_budget": (States.BUDGET_EXHAUSTED, None),
-    "input_ended": (States.COMPLETED, None),
-}
-# Guards over the turn, evaluated on the replayed turn as a live run evaluates them.
-_REPLAYED = (
-    "turn_unusable",
-    "turn_is_final",
-    "tools_pending",
-    "approval_pending",
-    "chat_turn_ended",
-)
-# A chat's guards read from the records ahead (see the module's docstring).
-_AT_PROMPT = ("chat_turn_stopped", "chat_call_failed")
-# Where the replay stops when no record is left: the states `fold` resumes in.
-_RESTING = frozenset(
-    {
-        States.SUSPEND_CHECK,
-        States.DECIDE,
-        States.GATE,
-        States.AWAITING_APPROVAL,
-        States.EXECUTE,
-        States.AWAITING_INPUT,
-    }
-)
 
 
 class PathError(JournalError):
@@ -174,70 +142,6 @@ class SessionPath:
         return Counter(self.states)
 
 
-class _Replay:
-    """The model object the replay machine fires: a state, the replayed turn, the next record."""
-
-    def __init__(self, state: str, data: RunData) -> None:
-        self.state = state
-        self.data = data
-        self.ahead: Record | None = None
-        self.records: Sequence[Record] = ()  # the journal, and where the replay is in it
-        self.at = 0
-
-
-def _noop(run: Any, fire: object) -> None:
-    """Entry hooks emit events; a replay emits none."""
-
-
-def _evidence(reason: str, cut: bool | None) -> Callable[[_Replay], bool]:
-    """A guard that holds when the next record is a `reason` terminal record (and, unless
-    `cut` is None, one that does or does not say a suspend-now cut a call)."""
-
-    def holds(run: _Replay) -> bool:
-        ahead = run.ahead
-        if not (isinstance(ahead, Terminal) and ahead.reason == reason):
-            return False
-        return cut is None or (ahead.message == CALL_CANCELLED) == cut
-
-    holds.__name__ = f"next_record_is_{reason}" + ("_of_a_cut_call" if cut else "")
-    return holds
-
-
-def _at_prompt(run: _Replay) -> bool:
-    """A chat's next record shows it at its prompt: a follow-up, the record of a suspend
-    there, or the end of a plain chat."""
-    ahead = run.ahead
-    if not run.data.chat:
-        return False
-    if isinstance(ahead, User):
-        return True
-    return isinstance(ahead, Terminal) and (
-        ahead.message == AT_INPUT or ahead.reason == States.COMPLETED
-    )
-
-
-def _stopped_at_boundary(run: _Replay) -> bool:
-    """A chat at its prompt whose turn stopped at this boundary, not in a failed call next:
-    the next turn's `iteration` counts no call in between."""
-    if not _at_prompt(run):
-        return False
-    later = itertools.islice(run.records, run.at, None)
-    turn = next((r for r in later if isinstance(r, Assistant)), None)
-    return turn is None or turn.iteration <= run.data.iteration + 1
-
-
-@functools.cache
-def _replay_machine(table: Table) -> LoopMachine:
-    known = set(_EVIDENCE) | set(_REPLAYED) | set(_AT_PROMPT)
-    unknown = sorted(table.guard_names - known)
-    if unknown:
-        raise PathError(f"no journal evidence for guard(s) {', '.join(unknown)}")
-    guards: dict[str, Callable[[Any], bool]] = {g: GUARDS[g] for g in _REPLAYED}
-    guards.update({g: _evidence(*evidence) for g, evidence in _EVIDENCE.items()})
-    guards.update(chat_turn_stopped=_stopped_at_boundary, chat_call_failed=_at_prompt)
-    return build_machine(table, guards, dict.fromkeys(table.hook_names, _noop))
-
-
 def _describe(record: Record | None) -> str:
     if record is None:
         return "the end of the journal"
@@ -250,13 +154,14 @@ def _describe(record: Record | None) -> str:
 class _Walk:
     """The replay of one journal: a cursor over its records and the steps taken so far."""
 
-    def __init__(self, records: Sequence[Record], table: Table) -> None:
+    def __init__(self, records: Sequence[Record], table: Table, reading: Reading) -> None:
         meta = records[0] if records else None
         if not isinstance(meta, Meta):
             raise PathError("the journal does not start with a meta record")
         self.records = records
-        self.machine = _replay_machine(table)
-        self.run = _Replay(table.initial, RunData.begin(meta.run_id, meta.prompt))
+        self.table, self.reading = table, reading
+        self.machine = reading.machine
+        self.run = ReplayRun(table.initial, RunData.begin(meta.run_id, meta.prompt))
         self.run.data.chat = meta.interactive
         self.at = 1
         self.steps = [PathStep(table.initial, seq=meta.seq)]
@@ -299,7 +204,7 @@ class _Walk:
                     break
                 self.resume(state)
                 continue
-            if self.ahead is None and state in _RESTING and not self.answered(state):
+            if self.ahead is None and state in self.reading.resting and not self.answered(state):
                 break
             if self.taken_over(state):
                 continue
@@ -309,15 +214,18 @@ class _Walk:
         return SessionPath(self.run.data.run_id, tuple(self.steps))
 
     def answered(self, state: str) -> bool:
-        """A chat whose journal ends on its answer rests at its prompt, not in `decide`."""
-        ended: Callable[[Any], bool] = GUARDS["chat_turn_ended"]  # over the replayed turn
-        return state == States.DECIDE and ended(self.run)
+        """A state a fold leaves a run in unless a guard holds on the turn (`resume: {unless:
+        g}`): a chat whose journal ends on its answer rests at its prompt, not in `decide`."""
+        unless = self.reading.rest_unless.get(state)
+        return unless is not None and unless(self.run)
 
     def taken_over(self, state: str) -> bool:
         """Consume a takeover record ahead (after the intent of a tool that was running when
         the old owner lost the run, if any) as an entry into `suspended` from `state`."""
         skip = 0
-        if state == States.EXECUTE and isinstance(self.ahead, ToolStarted):
+        if "tool_started" in self.reading.reads[state, False] and isinstance(
+            self.ahead, ToolStarted
+        ):
             skip = 1
         at = self.at + skip
         if at >= len(self.records) or not is_takeover(self.records[at]):
@@ -331,26 +239,26 @@ class _Walk:
         """Consume what the action of `state` journals; False if its records are not all
         there yet (a tool that was still running)."""
         ahead = self.ahead
-        chat = self.run.data.chat
-        at_prompt = state == States.AWAITING_INPUT if chat else state == States.SUSPEND_CHECK
-        if at_prompt and isinstance(ahead, User):
+        reads = self.reading.reads[state, self.run.data.chat]  # what the table says it journals
+        if "user" in reads and isinstance(ahead, User):
             self.take()
             self.run.data.pending, self.run.data.stop_reason = [], None
             self.run.data.follow_ups += 1
-        elif state == States.JOURNAL:
+        elif "assistant" in reads:
             if not isinstance(ahead, Assistant):
                 raise self.fail("an assistant record")
             self.take()
             data = self.run.data
-            data.stop_reason, data.pending = ahead.stop_reason, tool_uses(ahead.message)
-        elif state == States.GATE:
+            data.stop_reason = ahead.stop_reason
+            data.pending = tool_uses(message_of(ahead.message))
+        elif "approval_requested" in reads:
             self.screen()
-        elif state == States.AWAITING_APPROVAL:
+        elif "approval_answered" in reads:
             answer = self.ahead
             if isinstance(answer, ApprovalAnswered):
                 self.take()
                 self.run.data.approval = None
-        elif state == States.EXECUTE:
+        elif "tool_result" in reads:
             return self.execute()
         return True
 
@@ -360,7 +268,7 @@ class _Walk:
         if not pending:
             raise self.fail("a pending tool call")
         ahead = self.ahead
-        if isinstance(ahead, ApprovalRequested) and ahead.tool_use_id == pending[0]["id"]:
+        if isinstance(ahead, ApprovalRequested) and ahead.tool_use_id == pending[0].id:
             self.take()
             self.run.data.approval = approval_of(ahead)
 
@@ -369,7 +277,7 @@ class _Walk:
         pending = self.run.data.pending
         if not pending:
             raise self.fail("a pending tool call")
-        use_id = pending[0]["id"]
+        use_id = pending[0].id
         ahead = self.ahead
         if isinstance(ahead, ToolStarted) and ahead.tool_use_id == use_id:
             self.take()
@@ -378,7 +286,7 @@ class _Walk:
                 return False
             if isinstance(again, ToolStarted) and again.tool_use_id == use_id:
                 # started twice: the process died while the tool ran and a resume retried it
-                self.enter(States.EXECUTE, States.EXECUTE, RESUME, None)
+                self.enter(self.run.state, self.run.state, RESUME, None)
                 return self.execute()
         ahead = self.ahead
         if not (isinstance(ahead, ToolResult) and ahead.tool_use_id == use_id):
@@ -394,7 +302,7 @@ class _Walk:
         run.ahead = self.ahead
         run.records, run.at = self.records, self.at
         step = self.machine.step(run)
-        if self.machine.actions.get(source) == "call_model" and step.guard != "call_cancelled":
+        if source in self.reading.counting and step.guard not in self.reading.cut:
             run.data.iteration += 1  # a cancelled call does not count (`call_model` says why)
         dest = step.destination
         if self.machine.is_terminal(dest):
@@ -408,7 +316,7 @@ class _Walk:
         """Records follow terminal `state`: the session was resumed where `fold` says."""
         if state == States.COMPLETED:
             raise self.fail("nothing after completed")
-        snapshot = fold(self.records[: self.at])
+        snapshot = fold(self.records[: self.at], self.table)
         self.run.state = snapshot.state
         data = snapshot.data()
         self.run.data = data
@@ -416,7 +324,15 @@ class _Walk:
         self.steps.append(PathStep(snapshot.state, state, RESUME, None, data.iteration, seq))
 
 
-def session_path(records: Sequence[Record], table: Table | None = None) -> SessionPath:
+def session_path(
+    records: Sequence[Record],
+    table: Table | None = None,
+    guards: Mapping[str, Predicate] | None = None,
+) -> SessionPath:
     """The path the session journaled in `records` (meta first) took through `table` (the
-    loop table by default). Raises `PathError` if the records cannot be such a path."""
-    return _Walk(records, table or load_table()).walk()
+    loop table by default), whose guards replayed on the turn are the real `guards` (the
+    loop's, and those of an extended table: as its runs' machine has them). Raises
+    `PathError` if the records cannot be such a path."""
+    table = table or load_table()
+    real = frozenset({**GUARDS, **(guards or {})}.items())
+    return _Walk(records, table, reading(table, real)).walk()

@@ -11,6 +11,7 @@ from fisk_sm.config.lazy import exports
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # the real imports, for type checkers and IDEs; never run
     from fisk_sm.model.anthropic import AnthropicModel, ModelClient, ModelRequest
+    from fisk_sm.model.blocks import Message
     from fisk_sm.model.reply import ModelError
 
 _EXPORTS = {
@@ -18,12 +19,14 @@ _EXPORTS = {
     "ModelClient": "fisk_sm.model.anthropic",
     "ModelRequest": "fisk_sm.model.anthropic",
     "ModelError": "fisk_sm.model.reply",
+    "Message": "fisk_sm.model.blocks",
 }
 
 __getattr__, __dir__ = exports(__name__, _EXPORTS)
 
 __all__ = [
     "AnthropicModel",
+    "Message",
     "ModelClient",
     "ModelError",
     "ModelRequest",

@@ -20,12 +20,13 @@ goes through the same `parse_reply`: the journal gets the whole turn, never a pa
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
 from fisk_sm.config.agent import LLMConfig
+from fisk_sm.model.blocks import Message
 from fisk_sm.model.clients import ClientShare, acquire, client_key
 from fisk_sm.model.reply import ModelError, one_line, parse_reply
 
@@ -41,7 +42,7 @@ class ModelRequest:
 
     model: str
     max_tokens: int
-    messages: list[dict[str, Any]] = attrs.field(eq=False)
+    messages: Sequence[Message] = attrs.field(eq=False)
     system: tuple[dict[str, Any], ...] = ()
     tools: tuple[dict[str, Any], ...] = ()
     thinking: dict[str, Any] | None = None
@@ -55,8 +56,11 @@ class ModelRequest:
         tools and the system prompt are cached) and on the last block of the conversation (so
         each call reads the whole conversation so far from the cache and adds its tail). The
         stored conversation is never changed: only the copies sent carry `cache_control`.
+
+        This is where the typed conversation becomes JSON for the wire, once per call: each
+        block the model sent goes back as the very object it came as (`fisk_sm.model.blocks`).
         """
-        messages, system = self.messages, list(self.system)
+        messages, system = [m.to_json() for m in self.messages], list(self.system)
         if self.cache_ttl is not None:
             control = {"type": "ephemeral", "ttl": self.cache_ttl}
             if system:
@@ -105,7 +109,7 @@ def build_request(
     llm: LLMConfig,
     system: tuple[dict[str, Any], ...],
     tools: tuple[dict[str, Any], ...],
-    messages: list[dict[str, Any]],
+    messages: Sequence[Message],
     *,
     interactive: bool = False,
 ) -> ModelRequest:

@@ -19,9 +19,9 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from typing import Any
 
 from fisk_sm.config.errors import one_line as flat_line
+from fisk_sm.config.jsontypes import JSON, JSONObject
 from fisk_sm.config.text import scrub_json
 
 __all__ = ["PREFIX", "MalformedReply", "ModelError", "check_reply", "one_line", "parse_reply"]
@@ -80,7 +80,7 @@ def _is_count(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def _nonempty_string(block: Mapping[str, Any], key: str, where: str) -> str:
+def _nonempty_string(block: Mapping[str, JSON], key: str, where: str) -> str:
     if key not in block:
         raise _fail(f"{where}.{key}", "missing")
     value = block[key]
@@ -111,7 +111,7 @@ def _check_block(block: object, where: str, tool_ids: dict[str, str]) -> None:
         tool_ids[use_id] = where
 
 
-def check_reply(body: object) -> dict[str, Any]:
+def check_reply(body: object) -> JSONObject:
     """`body` itself if it is a well-formed reply; else raises `MalformedReply` naming the field."""
     if not isinstance(body, dict):
         raise MalformedReply(f"{PREFIX}body is not a JSON object (got {_kind(body)})")
@@ -141,7 +141,7 @@ def check_reply(body: object) -> dict[str, Any]:
     return body
 
 
-def parse_reply(data: bytes) -> dict[str, Any]:
+def parse_reply(data: bytes) -> JSONObject:
     """Parse a raw response body as JSON and check it (`check_reply`)."""
     if not data.strip():
         raise MalformedReply(f"{PREFIX}body is empty")
@@ -155,7 +155,7 @@ def parse_reply(data: bytes) -> dict[str, Any]:
     if _SURROGATE_ESCAPE.search(data):
         # Text from the model is never refused for a lone surrogate: it is replaced with U+FFFD
         # before anything is journaled or sent back (`fisk_sm.config.text`, one rule per channel).
-        scrubbed: dict[str, Any] = scrub_json(reply)
+        scrubbed: JSONObject = scrub_json(reply)
         return scrubbed
     return reply
 

@@ -12,8 +12,8 @@ import contextlib
 import enum
 import sys
 import threading
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol, TextIO
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol, TextIO, TypeVar
 
 import attrs
 
@@ -54,7 +54,11 @@ class ApprovalRequest:
     tag: str
     run_id: str = ""
     tool_use_id: str = ""
-    arguments: dict[str, Any] = attrs.field(factory=dict)
+    #: The call's JSON input, as the model sent it (only passed on: shown, journaled).
+    arguments: Mapping[str, object] = attrs.field(factory=dict)
+
+
+_A = TypeVar("_A")
 
 
 class PromptError(Exception):
@@ -137,23 +141,20 @@ class ScriptedPrompter:
         available: bool = True,
     ) -> None:
         self._available = available
-        self._queues: dict[str, list[Any]] = {
-            "approve": list(approvals),
-            "confirm": list(confirms),
-            "select": list(selections),
-            "ask": list(inputs),
-        }
-        self.asked: list[tuple[str, Any]] = []
+        self._approvals = list(approvals)
+        self._confirms = list(confirms)
+        self._selections = list(selections)
+        self._inputs = list(inputs)
+        self.asked: list[tuple[str, object]] = []
 
     @property
     def available(self) -> bool:
         return self._available
 
-    def _answer(self, kind: str, question: Any) -> Any:
+    def _answer(self, kind: str, question: object, queue: list[_A | BaseException]) -> _A:
         self.asked.append((kind, question))
         if not self._available:
             raise AssertionError(f"{kind} asked although no operator is available: {question!r}")
-        queue = self._queues[kind]
         if not queue:
             raise AssertionError(f"unscripted {kind}: {question!r}")
         answer = queue.pop(0)
@@ -162,19 +163,16 @@ class ScriptedPrompter:
         return answer
 
     async def approve(self, request: ApprovalRequest) -> Approval:
-        answer: Approval = self._answer("approve", request)
-        return answer
+        return self._answer("approve", request, self._approvals)
 
     async def confirm(self, question: str) -> bool:
-        return bool(self._answer("confirm", question))
+        return bool(self._answer("confirm", question, self._confirms))
 
     async def select(self, question: str, options: Sequence[str]) -> int | None:
-        answer: int | None = self._answer("select", (question, list(options)))
-        return answer
+        return self._answer("select", (question, list(options)), self._selections)
 
     async def ask(self, question: str, default: str | None) -> str | None:
-        answer: str | None = self._answer("ask", (question, default))
-        return answer
+        return self._answer("ask", (question, default), self._inputs)
 
 
 async def _read_line(stream: TextIO) -> str:

@@ -18,7 +18,7 @@ import unicodedata
 #: (type checkers read the name as True).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import IO
 
 __all__ = ["for_terminal", "is_terminal", "make_visible", "sanitize", "say", "strip_control"]
 
@@ -46,7 +46,7 @@ def sanitize(text: str, limit: int = 500) -> str:
     return flat if len(flat) <= limit else flat[: max(limit - 1, 0)] + "…"
 
 
-def is_terminal(stream: Any) -> bool:
+def is_terminal(stream: IO[str] | None) -> bool:
     """Whether `stream` is an open terminal."""
     try:
         return stream is not None and bool(stream.isatty())
@@ -54,12 +54,12 @@ def is_terminal(stream: Any) -> bool:
         return False
 
 
-def for_terminal(text: str, stream: Any) -> str:
+def for_terminal(text: str, stream: IO[str] | None) -> str:
     """`text` stripped of controls when `stream` is a terminal; byte-exact otherwise."""
     return strip_control(text) if is_terminal(stream) else text
 
 
-def say(text: str, stream: Any = None) -> None:
+def say(text: str, stream: IO[str] | None = None) -> None:
     """Write `text` as one line on `stream` (default: the current stderr), controls stripped.
 
     Diagnostics are for people, so they are stripped even when stderr is not a terminal: a log

@@ -22,6 +22,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from nats.errors import Error as NatsError
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
@@ -133,7 +134,8 @@ class SharedDesk(ApprovalDesk):
 
     async def _delete(self, keys: list[str]) -> None:
         for key in keys:
-            with contextlib.suppress(Exception):
+            # Unreachable, or the connection closed: the entry stays, answered by no one.
+            with contextlib.suppress(NatsError, OSError):
                 await self.kv.delete(key)
 
     async def answer_shared(self, run_id: str, tool_use_id: str, approval: Approval) -> bool:

@@ -131,7 +131,9 @@ class ClusterSupervisor(LeaseHolder):
                 await loop()
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # a lost connection: say so, try again
+            # A boundary: these loops (pulling submissions, renewing leases, taking runs over)
+            # must outlive a lost connection and a bug alike: say why, and try again.
+            except Exception as exc:
                 say(f"fisk-sm supervise: {loop.__name__.strip('_')}: {one_line(exc)}")
                 await asyncio.sleep(self.heartbeat)
 

@@ -31,6 +31,7 @@ import time
 from typing import Any
 
 import attrs
+from nats.errors import Error as NatsError
 from nats.js.errors import BadRequestError, KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
@@ -107,14 +108,17 @@ class Lease:
 
 
 async def stop_following(task: asyncio.Task[None] | None, watcher: Any) -> None:
-    """Stop the task that follows a KV bucket, then its watcher (what the mirrors share)."""
+    """Stop the task that follows a KV bucket, then its watcher (what the mirrors share); then
+    raise what ended the task before, if anything did (a bug: the watcher never raises)."""
     if task is not None:
         task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await task
+        await asyncio.wait({task})  # not `await task`: a cancel of our caller is not its end
     if watcher is not None:
-        with contextlib.suppress(Exception):
+        # The connection closed (or is draining) first: the subscription went with it.
+        with contextlib.suppress(NatsError):
             await watcher.stop()
+    if task is not None and not task.cancelled() and (failure := task.exception()) is not None:
+        raise failure  # a mirror that stopped following is a bug: not hidden
 
 
 class Leases:

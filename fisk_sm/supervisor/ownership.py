@@ -17,9 +17,12 @@ import contextlib
 import time
 from typing import Any
 
+from nats.errors import Error as NatsError
+
 from fisk_sm.config.agent import AgentConfig
 from fisk_sm.config.errors import one_line
 from fisk_sm.config.states import States
+from fisk_sm.journal.base import JournalError
 from fisk_sm.journal.filestore import SessionExistsError, SessionLockedError, SessionNotFoundError
 from fisk_sm.journal.jetstream import JetStreamStore
 from fisk_sm.loop.harness import RunOptions
@@ -50,6 +53,12 @@ __all__ = ["FENCE_TRIES", "LeaseHolder"]
 
 #: How often a takeover of a run whose journal moved meanwhile is tried again.
 FENCE_TRIES = 5
+
+#: The server is unreachable or refused a request (nats' timeouts are OSErrors).
+_UNREACHABLE = (NatsError, OSError)
+#: What taking a submission or a run over may meet besides: its journal refused or moved, its
+#: lease lost, its agent.yaml no longer loading (ConfigError, NotAllowed: ValueErrors).
+_NOT_TAKEN = (*_UNREACHABLE, JournalError, LeaseLost, ValueError)
 
 
 class LeaseHolder(Supervisor):
@@ -97,7 +106,7 @@ class LeaseHolder(Supervisor):
                 tracked.lease = await self.leases.renew(lease)
             except LeaseLost as exc:
                 self._lose(tracked, str(exc))
-            except Exception as exc:  # the server is unreachable: ours until it expires
+            except _UNREACHABLE as exc:  # ours until it expires
                 if time.time() >= lease.value.expires:
                     self._lose(tracked, f"the lease expired unrenewed ({one_line(exc)})")
 
@@ -150,7 +159,7 @@ class LeaseHolder(Supervisor):
                     self.shared.drop(tracked.entry.run_id)
             except LeaseLost as exc:
                 tracked.lost = str(exc)
-            except Exception as exc:  # unreachable: the lease expires by itself
+            except _UNREACHABLE as exc:  # the lease expires by itself
                 say(f"fisk-sm supervise: run {tracked.entry.run_id}: {one_line(exc)}")
 
     async def _take_submission(self, submission: Submission, message: Any) -> None:
@@ -165,7 +174,7 @@ class LeaseHolder(Supervisor):
             entry = RegistryEntry(run_id, submission.name, submission.config, submission.created)
             try:
                 agent = await self._config(submission.config)
-            except Exception as exc:  # its agent.yaml went bad since it was submitted
+            except (ValueError, OSError) as exc:  # its agent.yaml went bad since it was submitted
                 say(f"fisk-sm supervise: run {run_id}: {one_line(exc)}")
                 await self.leases.hold(lease, FAILED)
                 await message.term()
@@ -185,6 +194,9 @@ class LeaseHolder(Supervisor):
                 await message.ack()
                 await self._continue(lease, entry)
                 return
+            # A boundary: the submission's run fails alone, its lease held `failed` and its
+            # message acked, whatever stopped it starting (its tools, its journal, a bug), or
+            # the lease would be renewed with no run behind it and the message redelivered.
             except Exception as exc:
                 tracked.error = one_line(exc)
                 await self._stopped_early(tracked)
@@ -193,7 +205,7 @@ class LeaseHolder(Supervisor):
             self._launch(tracked, run)
             self.publish("RunSubmitted", tracked)
             await message.ack()
-        except Exception as exc:  # the server went away: the submission comes again
+        except _NOT_TAKEN as exc:  # not taken (a server gone...): the submission comes again
             say(f"fisk-sm supervise: submission {run_id}: {one_line(exc)}")
         finally:
             self._taking.discard(run_id)
@@ -203,7 +215,7 @@ class LeaseHolder(Supervisor):
         async with tracked.lease_lock:
             lease, tracked.lease = tracked.lease, None
         if lease is not None:
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(*_UNREACHABLE, LeaseLost):
                 await self.leases.hold(lease, FAILED)
         self._changed(tracked.entry.run_id)
 
@@ -215,7 +227,7 @@ class LeaseHolder(Supervisor):
             value = lease.previous
             name, config = (value.name, value.config) if value is not None else ("", "")
             await self._continue(lease, RegistryEntry(run_id, name or run_id, config, 0.0))
-        except Exception as exc:
+        except _NOT_TAKEN as exc:  # the next expiry scan tries again
             say(f"fisk-sm supervise: takeover of {run_id}: {one_line(exc)}")
         finally:
             self._taking.discard(run_id)

@@ -156,9 +156,13 @@ class Registry:
             batch, self._pending = self._pending, []
             try:
                 await asyncio.to_thread(self._append, [line for ls, _ in batch for line in ls])
-            except Exception as exc:
+            except OSError as exc:  # a failing disk: each waiter raises it
                 for _, future in batch:
                     future.set_exception(exc)
+            except BaseException as exc:  # a bug, a cancel: the waiters raise it, and so do we
+                for _, future in batch:
+                    future.set_exception(exc)
+                raise
             else:
                 for _, future in batch:
                     future.set_result(None)

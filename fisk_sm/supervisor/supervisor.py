@@ -32,6 +32,7 @@ from fisk_sm.config.errors import one_line
 from fisk_sm.config.states import States
 from fisk_sm.config.text import refuse_unencodable
 from fisk_sm.events.types import Fanout
+from fisk_sm.journal.base import JournalError
 from fisk_sm.journal.filestore import FileStore, check_run_id
 from fisk_sm.journal.jetstream import JetStreamStore
 from fisk_sm.journal.records import Record
@@ -222,12 +223,14 @@ class Supervisor:
                     await run.step()  # a cancelled call makes no request: the run suspends
                 else:
                     break  # before a tool starts: the journal stays open in `execute`
-        except Exception as exc:  # a failing disk, a refused journal: this run only
+        # A boundary: this task drives one run of many, so whatever stops it (a failing disk,
+        # a refused journal, a bug) fails this run only, and says why in its `error`.
+        except Exception as exc:
             self._failed(tracked, exc)
         finally:
             tracked.snapshot = run.snapshot()
             if not run.finished:  # stopped before a tool: the journal's fold is the truth
-                with contextlib.suppress(Exception):
+                with contextlib.suppress(JournalError, OSError, ValueError):
                     tracked.snapshot = await self.snapshot_of(run.data.run_id)
             if run.finished:
                 self.desk.forget(run.data.run_id)
@@ -292,6 +295,8 @@ class Supervisor:
             run = await resume_session(
                 tracked.config, run_id, self.store, self._options(run_id, tracked.sink)
             )
+        # A boundary: `start` resumes every run at once, and one that cannot resume (its tools
+        # no longer load, its journal is refused, an MCP server is gone) must fail alone.
         except Exception as exc:
             tracked.error = one_line(exc)
             self._changed(run_id)
@@ -355,7 +360,8 @@ class Supervisor:
         """Answer a pending approval, once (a later answer: `AlreadyAnswered`); a parked
         session that no task drives is resumed, and its renewed question finds the answer."""
         tracked, desk = self.get(run_id), self.desk
-        asked = (tracked.approval or {}).get("tool_use_id") == tool_use_id
+        pending = tracked.approval
+        asked = pending is not None and pending.tool_use_id == tool_use_id
         if desk.waiting(run_id, tool_use_id) or (asked and tracked.live):
             desk.claim(run_id, tool_use_id, approval)  # before any await: the first one wins
             desk.answer(run_id, tool_use_id, approval)  # else the run finds it when it asks
@@ -392,7 +398,7 @@ class Supervisor:
         for entry in entries.values():
             try:
                 config = await self._config(entry.config)
-            except Exception as exc:  # the detail may quote the file: for the log only
+            except (ValueError, OSError) as exc:  # ConfigError, NotAllowed; the file: log only
                 say(f"fisk-sm supervise: run {entry.run_id}: {one_line(exc)}")
                 tracked = self._track(entry, self.config)
                 tracked.error = "cannot load its config (see the supervisor's log)"
@@ -400,7 +406,7 @@ class Supervisor:
             tracked = self._track(entry, config)
             try:
                 tracked.snapshot = await self.snapshot_of(entry.run_id)
-            except Exception as exc:
+            except (JournalError, OSError, ValueError) as exc:  # a missing or refused journal
                 tracked.error = one_line(exc)
                 continue
             snapshot = tracked.snapshot

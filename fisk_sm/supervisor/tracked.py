@@ -8,8 +8,9 @@ from typing import Any
 from fisk_sm.config.agent import AgentConfig
 from fisk_sm.config.states import States
 from fisk_sm.events.usage import Usage
-from fisk_sm.journal.snapshot import Snapshot
+from fisk_sm.journal.snapshot import PendingApproval, Snapshot
 from fisk_sm.loop.run import Run
+from fisk_sm.model.blocks import Message
 from fisk_sm.supervisor.hub import RunSink
 from fisk_sm.supervisor.registry import ABORTED, RegistryEntry
 from fisk_sm.supervisor.views import approval_json, run_json
@@ -49,7 +50,7 @@ class Tracked:
         return self.run.state if self.run is not None else States.SUSPEND_CHECK
 
     @property
-    def approval(self) -> dict[str, Any] | None:
+    def approval(self) -> PendingApproval | None:
         if self.live and self.run is not None:
             return self.run.data.approval
         return self.snapshot.approval if self.snapshot is not None else None
@@ -94,7 +95,7 @@ class Tracked:
             answer=answer,
         )
 
-    def messages(self) -> tuple[dict[str, Any], ...]:
+    def messages(self) -> tuple[Message, ...]:
         """The conversation so far."""
         if self.run is not None and (self.live or self.snapshot is None):
             return tuple(self.run.data.messages)

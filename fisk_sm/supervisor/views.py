@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from fisk_sm.events.usage import Usage
+from fisk_sm.journal.snapshot import PendingApproval
+from fisk_sm.model.blocks import Message
 
 __all__ = ["STATUSES", "TRANSCRIPT_TAIL", "approval_json", "run_json", "transcript", "usage_json"]
 
@@ -41,16 +43,16 @@ def usage_json(usage: Usage) -> dict[str, int]:
     }
 
 
-def approval_json(approval: dict[str, Any] | None) -> dict[str, Any] | None:
+def approval_json(approval: PendingApproval | None) -> dict[str, Any] | None:
     """The API's `Approval` from a run's pending approval (`RunData.approval`)."""
-    if not approval:
+    if approval is None:
         return None
     return {
-        "run_id": approval.get("run_id", ""),
-        "tool_use_id": approval.get("tool_use_id", ""),
-        "tool": approval.get("name", approval.get("tool", "")),
-        "input": approval.get("input", {}),
-        "tag": approval.get("tag", ""),
+        "run_id": approval.run_id,
+        "tool_use_id": approval.tool_use_id,
+        "tool": approval.name,
+        "input": approval.input,
+        "tag": approval.tag,
     }
 
 
@@ -115,7 +117,7 @@ def _entries(message: dict[str, Any]) -> list[dict[str, Any]]:
     return entries
 
 
-def transcript(messages: Sequence[dict[str, Any]], tail: int = TRANSCRIPT_TAIL) -> list[Any]:
+def transcript(messages: Sequence[Message], tail: int = TRANSCRIPT_TAIL) -> list[Any]:
     """The conversation as `Entry` objects, the last `tail` of them."""
-    entries = [entry for message in messages for entry in _entries(message)]
+    entries = [entry for message in messages for entry in _entries(message.to_json())]
     return entries[-tail:]

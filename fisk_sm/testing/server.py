@@ -108,7 +108,7 @@ class _Handler(BaseHTTPRequestHandler):
             msg = "request body is not a JSON object"
             return self._send(400, _error("invalid_request_error", msg))
         api = cast(_Server, self.server).api
-        n, reply = api._answer(body, {k.lower(): v for k, v in self.headers.items()})
+        n, reply = api._answer(body, {k.lower(): v for k, v in self.headers.items()}, raw)
         rid = f"req_fake_{n:02d}"
         if isinstance(reply, str):  # why there is no reply: fail fast, never retried
             out = _error("api_error", reply)
@@ -245,14 +245,20 @@ class FakeMessagesAPI:
         self._thread: threading.Thread | None = None
         self.requests: list[dict[str, Any]] = []
         self.request_headers: list[dict[str, str]] = []
+        #: The exact bytes of each request body recorded in `requests` (to check what a
+        #: client sent back byte for byte: thinking blocks, unknown keys).
+        self.raw_requests: list[bytes] = []
 
-    def _answer(self, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, Reply | str]:
+    def _answer(
+        self, body: dict[str, Any], headers: dict[str, str], raw: bytes = b""
+    ) -> tuple[int, Reply | str]:
         """Record a request; its number, and its reply or why there is none."""
         key, turn = first_user_text(body), turn_of(body)
         conversations = self._conversations
         with self._lock:
             self.requests.append(body)
             self.request_headers.append(headers)
+            self.raw_requests.append(raw)
             n = len(self.requests)
             conversations.record(key, body)
             if key is not None and key in conversations:
@@ -266,6 +272,8 @@ class FakeMessagesAPI:
                 return n, f"fake API script exhausted: request {n} has no scripted reply"
         try:  # outside the lock: a responder may block, others go on being answered
             reply = responder(body)
+        # A boundary: the responder is the test's code; whatever it raises is answered as an
+        # error the test can read, never a dropped connection that hangs the client.
         except Exception as exc:
             return n, f"fake API responder raised {type(exc).__name__}: {exc}"
         if not isinstance(reply, Reply):

@@ -264,7 +264,7 @@ def load_tool(
         raise ToolLoadError(f"cannot import {module_name!r}: SyntaxError: {exc}") from None
     except ModuleNotFoundError as exc:
         raise ToolLoadError(f"cannot import {module_name!r}: {exc}") from None
-    except Exception as exc:  # whatever the module's top level raised
+    except Exception as exc:  # a boundary: the user's module ran, and may raise anything
         raise ToolLoadError(
             f"cannot import {module_name!r}: {type(exc).__name__} at import: {exc}"
         ) from None
@@ -371,6 +371,8 @@ class ToolBox:
                 value = await value
         except ToolError as exc:
             return _scrubbed(Outcome(str(exc), is_error=True))
+        # A boundary: a tool is the user's code, and whatever it raises becomes the call's
+        # is_error result for the model to read, never the end of the run.
         except Exception as exc:
             failed = f"tool {name!r} failed: {type(exc).__name__}: {exc}"
             return _scrubbed(Outcome(failed, is_error=True))

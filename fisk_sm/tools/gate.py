@@ -36,6 +36,7 @@ from fisk_sm.events.types import (
     GatedCall,
     wants,
 )
+from fisk_sm.journal.snapshot import PendingApproval
 from fisk_sm.operator.prompter import (
     NO_OPERATOR,
     Approval,
@@ -79,7 +80,9 @@ def _display(tool: Tool, arguments: Mapping[str, Any]) -> str:
     its payload (an OSC title, say) was part of what would run."""
     try:
         line = tool.describe(arguments)
-    except Exception:  # a broken renderer must not stop the question being asked
+    # A boundary: a tool module may export a `Tool` with a `display` of its own, and whatever
+    # that raises must not stop the question being asked (the JSON call is shown instead).
+    except Exception:
         line = f"{tool.name} {json.dumps(dict(arguments), ensure_ascii=False, default=str)}"
     shown = sanitize(line, limit=DISPLAY_LIMIT)
     return shown + ALTERED if strip_control(line) != line else shown
@@ -163,24 +166,24 @@ class Gate:
             report(ApprovalDenied, reason=NO_OPERATOR_REASON)
             return NO_OPERATOR_REASON
         report(ApprovalAsked)
-        pending = {"run_id": audit.run_id, "tool_use_id": audit.tool_use_id}
-        return self.request({**pending, "name": tool.name, "input": arguments, "tag": tag}, tool)
+        pending = PendingApproval(audit.run_id, audit.tool_use_id, tool.name, dict(arguments), tag)
+        return self.request(pending, tool)
 
-    def request(self, pending: Mapping[str, Any], tool: Tool | None) -> ApprovalRequest:
+    def request(self, pending: PendingApproval, tool: Tool | None) -> ApprovalRequest:
         """The request for a pending approval (`RunData.approval`), shown as `tool` describes
         it (by name and arguments if the tool is no longer configured)."""
-        arguments = dict(pending.get("input") or {})
+        arguments = dict(pending.input)
         display = (
             _display(tool, arguments)
             if tool is not None
-            else sanitize(f"{pending['name']} {json.dumps(arguments, default=str)}", DISPLAY_LIMIT)
+            else sanitize(f"{pending.name} {json.dumps(arguments, default=str)}", DISPLAY_LIMIT)
         )
         return ApprovalRequest(
-            pending["name"],
+            pending.name,
             display,
-            pending["tag"],
-            run_id=pending.get("run_id", ""),
-            tool_use_id=pending["tool_use_id"],
+            pending.tag,
+            run_id=pending.run_id,
+            tool_use_id=pending.tool_use_id,
             arguments=arguments,
         )
 

@@ -42,6 +42,7 @@ import mcp.types
 from mcp.client._transport import TransportStreams
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 
 from fisk_sm.config.errors import one_line
 from fisk_sm.config.mcp import McpServer
@@ -58,6 +59,22 @@ IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 
 class McpError(ToolLoadError):
     """An MCP server could not be started, initialized or listed; the run must not start."""
+
+
+#: What a call to a server may raise: the SDK's error (an `isError`-less failure, its own
+#: timeout), a stream closed by a server that died (anyio, in a task group), the transport's,
+#: an answer that does not parse (pydantic's ValidationError is a ValueError).
+#: Anything else is a bug, and `ToolSet._call` still makes it the call's is_error result.
+_CALL_ERRORS = (
+    MCPError,
+    anyio.ClosedResourceError,
+    anyio.BrokenResourceError,
+    anyio.EndOfStream,
+    ValueError,
+    OSError,
+    TimeoutError,
+    ExceptionGroup,
+)
 
 
 def _leaf(exc: BaseException) -> BaseException:
@@ -139,7 +156,7 @@ class McpConnection:
             result = await self.session.call_tool(
                 name, dict(arguments), read_timeout_seconds=self.server.timeout
             )
-        except Exception as exc:
+        except _CALL_ERRORS as exc:
             raise ToolError(f"{where} failed: {_reason(exc, self.server.timeout)}") from None
         blocks = content_blocks(result)
         text = result_text(blocks)
@@ -239,8 +256,11 @@ async def connect(server: McpServer, work_dir: Path) -> McpConnection:
             await ready.result().aclose()  # connected, but our caller was cancelled
         else:
             task.cancel()  # still starting: the transport kills what it started
-            with contextlib.suppress(BaseException):
+            # Its end as asked (`_own` puts any other failure in `ready`); then ours is raised.
+            with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.shield(task)
+            if ready.done() and not ready.cancelled():
+                ready.exception()  # seen: that it did not start is no news to our caller
         raise
 
 

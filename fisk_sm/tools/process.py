@@ -125,9 +125,12 @@ async def _abandon(spawn: asyncio.Future[_Spawned], contained: Containment) -> N
     """Let a spawn whose caller was cancelled finish, then kill and reap what it started."""
     try:
         transport, capture = await spawn
-    except Exception:
+    except (OSError, ValueError):  # it never started (as `run_command` says): nothing to kill
         await contained.close()
         return
+    except BaseException:
+        await contained.close()
+        raise
     try:
         await _kill_all(transport, capture, contained)
     finally:

@@ -241,13 +241,18 @@ class Containment:
 
     async def close(self) -> int:
         """Kill every process of the containment, reap what was re-parented to us, remove the
-        cgroup; never raises. Returns how many processes were killed. Idempotent."""
-        if self._opened is not None:
-            with contextlib.suppress(BaseException):
-                await asyncio.shield(self._opened)
+        cgroup; never raises (but a cancel of the caller, which the clean-up outlives). Returns
+        how many processes were killed. Idempotent."""
         if self._closing is None or self._closing.done():  # one clean-up at a time
-            self._closing = asyncio.ensure_future(asyncio.to_thread(self._close))
+            self._closing = asyncio.ensure_future(self._close_once_opened())
+        # A cancel of our caller ends this wait, not the clean-up.
         return await asyncio.shield(self._closing)
+
+    async def _close_once_opened(self) -> int:
+        if self._opened is not None:
+            # Not `await`: how the opening failed is for `open`'s caller to see (it saw it).
+            await asyncio.wait({self._opened})
+        return await asyncio.to_thread(self._close)
 
     def _close(self) -> int:
         killed: dict[int, int] = {}  # pid -> start time
