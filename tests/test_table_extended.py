@@ -17,14 +17,15 @@ import attrs
 import pytest
 from conftest import make_config
 
-from fisk_sm import Recorder, Run, tool
+from fisk_sm import Recorder, tool
 from fisk_sm.journal.filestore import FileStore
 from fisk_sm.journal.fold import FoldError, fold
+from fisk_sm.journal.parsing import CorruptJournalError
 from fisk_sm.journal.records import Assistant, Meta, Terminal, ToolResult, ToolStarted
 from fisk_sm.loop.explain import ExitView, action_effects
 from fisk_sm.loop.harness import RunOptions
 from fisk_sm.loop.run import machine_for
-from fisk_sm.loop.sessions import start_session
+from fisk_sm.loop.sessions import resume_session, start_session
 from fisk_sm.machine.diagram import render
 from fisk_sm.machine.guards import GUARDS
 from fisk_sm.machine.path import session_path
@@ -82,8 +83,8 @@ async def test_a_run_on_an_extended_table_takes_its_exit_and_is_explained_folded
     api.add(Reply.tool_use("forbidden", {"text": "x"}, id="toolu_f"))
     store, events = FileStore(tmp_path / "runs"), Recorder()
     options = RunOptions(tools=[forbidden], events=events)
-    started = await start_session(make_config(api), "go", store, options, run_id="ext")
-    run = Run(started.data, started.harness, seq=1, machine=machine)
+    run = await start_session(make_config(api), "go", store, options, run_id="ext", machine=machine)
+    assert run.machine is machine
 
     assert await run.run_until("decide") == "decide"
     told = run.explain()
@@ -118,6 +119,21 @@ async def test_a_run_on_an_extended_table_takes_its_exit_and_is_explained_folded
     assert "    decide --> refused_tool : 3. decided [turn_calls_forbidden]" in drawn
     assert "    refused_tool --> [*]" in drawn
     assert "decide -> refused_tool" in render(machine.table, "dot")
+
+    # a resume folds it by its own table and continues on its own machine; by the loop's
+    # table it is one line naming the journal's file
+    with pytest.raises(CorruptJournalError, match=r"ext\.json: .*'refused_tool'"):
+        await resume_session(make_config(api), "ext", store, RunOptions(tools=[forbidden]))
+    again = await resume_session(
+        make_config(api), "ext", store, RunOptions(tools=[forbidden]), machine=machine
+    )
+    try:
+        assert again.machine is machine and again.state == "decide"
+        step = await again.step()
+        assert (step.destination, step.guard) == ("refused_tool", "turn_calls_forbidden")
+    finally:
+        await again.aclose()
+    assert len(api.requests) == 1
 
 
 def test_the_extra_guard_is_decided_by_the_turn_in_explain(tmp_path: Path) -> None:
@@ -260,3 +276,23 @@ def test_a_malformed_guard_declaration_is_refused_naming_it(
     message = str(refused.value)
     assert "\n" not in message and message.startswith(f"{path}: ")
     assert problem in message
+
+
+def test_the_command_line_draws_an_extended_table_and_refuses_a_bad_one(tmp_path: Path) -> None:
+    """`fisk-sm diagram --table` draws the copy as a run would load it; an undeclared guard
+    is one line naming the file, exit 2, no traceback."""
+    import subprocess
+    import sys
+
+    def diagram(*argv: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "fisk_sm.cli", "diagram", *argv]
+        return subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+
+    drawn = diagram("--table", str(extended(tmp_path)))
+    assert drawn.returncode == 0, drawn.stderr
+    assert "    decide --> refused_tool : 3. decided [turn_calls_forbidden]" in drawn.stdout
+    bad = diagram("--table", str(extended(tmp_path, guard="")))
+    assert bad.returncode == 2 and bad.stdout == ""
+    assert bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr
+    assert "names guard 'turn_calls_forbidden', not declared under guards:" in bad.stderr
+    assert diagram("--table", str(extended(tmp_path)), "--session", "x").returncode == 2

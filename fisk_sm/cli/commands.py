@@ -126,6 +126,13 @@ def add_diagram_parser(sub: Any) -> None:
     diagram.add_argument("--compare", metavar="ID2", help="with --session: and this one's")
     diagram.add_argument("--state-dir", type=Path, help="the sessions directory")
     diagram.add_argument("-c", "--config", type=Path, help="take the directory from agent.yaml")
+    diagram.add_argument(
+        "--table",
+        type=Path,
+        metavar="YAML",
+        help="draw this table instead of the loop's (an extended copy of states/agent_loop.yaml;"
+        " checked as a run would load it)",
+    )
 
 
 def add_fake_api_parser(sub: Any) -> None:
@@ -155,9 +162,13 @@ def cmd_diagram(args: argparse.Namespace) -> int:
 
     if args.compare and not args.session:
         raise UsageError("--compare needs --session")
+    if args.table and args.session:
+        # a session's path on another table is replayed with that table's guard functions,
+        # which only Python has: fisk_sm.machine.path.session_path(records, table, guards)
+        raise UsageError("--table draws a table alone; not with --session")
     ids = [i for i in (args.session, args.compare) if i]
     paths = session_paths(args.state_dir, args.config, ids) if ids else []
-    data = draw(load_table(), args.format, paths)
+    data = draw(load_table(args.table), args.format, paths)
     if args.output:
         args.output.write_bytes(data)
     elif args.format == "png":

@@ -273,7 +273,9 @@ def _text(raw: object, entry: str) -> str:
 
 def _texts(raw: object, entry: str) -> tuple[str, ...]:
     """A list of strings (None or absent: none)."""
-    return tuple(_text(item, entry) for item in _list(raw)) if raw is not None else ()
+    if raw is not None and not isinstance(raw, list):
+        raise TypeError(f"{entry} must be a list, found {raw!r}")
+    return tuple(_text(item, entry) for item in raw or ())
 
 
 def _fields(raw: object, known: set[str], entry: str) -> dict[str, object]:

@@ -17,6 +17,7 @@ import os
 from pathlib import Path
 
 from fisk_sm.config.errors import one_line
+from fisk_sm.config.table import Table
 from fisk_sm.journal.base import JournalError
 from fisk_sm.journal.decode import decode
 from fisk_sm.journal.fold import FoldError, fold
@@ -76,10 +77,11 @@ def _check_version(path: Path, first: bytes) -> None:
         )
 
 
-def fold_journal(path: Path, records: list[Record]) -> Snapshot:
-    """`fold`, with a refusal naming the journal's file."""
+def fold_journal(path: Path, records: list[Record], table: Table | None = None) -> Snapshot:
+    """`fold` (by `table`, the loop's own by default), with a refusal naming the journal's
+    file."""
     try:
-        return fold(records)
+        return fold(records, table)
     except FoldError as exc:
         raise CorruptJournalError(f"{path}: {exc}") from None
     except (LookupError, TypeError, AttributeError, ValueError) as exc:

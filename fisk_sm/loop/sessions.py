@@ -16,6 +16,7 @@ worker threads, never on the loop.
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING
 
 from fisk_sm.config.agent import AgentConfig
 from fisk_sm.events.types import RunResumed
@@ -27,6 +28,10 @@ from fisk_sm.loop.fingerprint import check_resume, fingerprint
 from fisk_sm.loop.harness import Harness, RunOptions
 from fisk_sm.loop.run import Run, new_run_id
 from fisk_sm.model.clients import warm_up
+
+if TYPE_CHECKING:
+    from fisk_sm.machine.evaluator import LoopMachine
+    from fisk_sm.machine.guards import Facts
 
 __all__ = ["RESUME_REMINDER", "resume_session", "start_session"]
 
@@ -67,9 +72,11 @@ async def start_session(
     *,
     run_id: str | None = None,
     chat: bool = False,
+    machine: LoopMachine[Facts] | None = None,
 ) -> Run:
     """Create a session in `store` (its meta record is durable on return) and its run; a
-    `chat` session's meta says so (`interactive`)."""
+    `chat` session's meta says so (`interactive`). `machine` (from `machine_for`) runs it by
+    another table; the loop's by default."""
     harness = await _harness(config, options)
     run_id = run_id or new_run_id()
     meta = Meta.new(run_id, fingerprint(harness), prompt, interactive=chat)
@@ -81,7 +88,7 @@ async def start_session(
     _use(harness, journal)
     data = RunData.begin(run_id, prompt)
     data.chat = chat
-    return Run(data, harness, seq=1)
+    return Run(data, harness, seq=1, machine=machine)
 
 
 async def resume_session(
@@ -91,8 +98,10 @@ async def resume_session(
     options: RunOptions | None = None,
     *,
     force: bool = False,
+    machine: LoopMachine[Facts] | None = None,
 ) -> Run:
     """Resume session `run_id`; raises `ResumeRefused` or a journal error if it cannot.
+    A session made by another table's machine (`machine_for`) is folded and resumed by it.
 
     The journal is opened once: the lock is taken, the file parsed (a torn last line is
     truncated) and folded, and only then is the resume gate asked; a refusal releases the lock.
@@ -102,7 +111,8 @@ async def resume_session(
         journal = await store.open_async(run_id)
         harness.journal = journal  # from here on, closing the harness releases the lock
         # Folding a long journal takes milliseconds of CPU: a worker thread's, not the loop's.
-        snapshot = await asyncio.to_thread(fold_journal, journal.path, journal.records)
+        table = machine.table if machine is not None else None
+        snapshot = await asyncio.to_thread(fold_journal, journal.path, journal.records, table)
         check_resume(
             run_id,
             snapshot.fingerprint,
@@ -115,7 +125,7 @@ async def resume_session(
         raise
     _use(harness, journal)
     harness.context = (*harness.context, {"type": "text", "text": RESUME_REMINDER})
-    run = Run.restore(snapshot, harness)
+    run = Run.restore(snapshot, harness, machine=machine)
     run.resumed = True
     harness.events.emit(
         # events leave the process as JSON: the conversation goes in its wire form
