@@ -250,7 +250,10 @@ def overhead_by_field(path: Path) -> Counter[str]:
 
 def journal_bytes(run: Run, n: int, rows: list[Row]) -> None:
     path = run.harness.journal.path  # type: ignore[attr-defined]
-    journal, (content, raw) = path.stat().st_size, content_bytes(run.data.messages)
+    journal, (content, raw) = (
+        path.stat().st_size,
+        content_bytes([m.to_json() for m in run.data.messages]),
+    )
     ratio = journal / content
     print(f"\n2. journal bytes vs content bytes, N={n} ({len(run.data.messages)} messages)")
     print("   content = UTF-8 bytes of every content block of the conversation (prompt, text,")
@@ -351,7 +354,9 @@ async def resume(root: Path, iterations: int, repeats: int, rows: list[Row]) -> 
         print(f"     {label:<35} {ms(mean)}  ({calls} call{'s' * (calls != 1)})")
     print(f"     {'the rest (harness, gate, run_until)':<35} {ms(rest)}")
     state_load = (parts[PARTS[1]] + parts[PARTS[2]]) / rounds
-    graph = langgraph_get_state(list(store.snapshot("resume").messages), root / "lg.db", rounds)
+    graph = langgraph_get_state(
+        [m.to_json() for m in store.snapshot("resume").messages], root / "lg.db", rounds
+    )
     if not graph:
         print("   LangGraph get_state: skipped (pip install -e '.[bench]')")
     for name, seconds in graph.items():

@@ -317,7 +317,9 @@ async def test_a_takeover_fences_the_old_owner_out_and_the_run_resumes(
     await old.append(Assistant(2, 1, turn, "tool_use"))
     message = "taken over by sup-b: the lease of sup-a expired"
     assert await store.take_over_async("t1", message) == 3
-    result = ToolResult(3, "toolu_1", {"tool_use_id": "toolu_1", "content": "noted x"})
+    result = ToolResult(
+        3, "toolu_1", {"type": "tool_result", "tool_use_id": "toolu_1", "content": "noted x"}
+    )
     with pytest.raises(SessionLockedError, match="another writer appended seq 3"):
         await old.append(result)
     await run.aclose()
@@ -342,7 +344,9 @@ def test_the_path_of_a_run_taken_over_mid_batch_shows_the_resume() -> None:
         meta("t1"),
         Assistant(2, 1, TURN, "tool_use"),
         Terminal(3, "suspended", "taken over by sup-b: the lease of sup-a expired"),
-        ToolResult(4, "toolu_1", {"tool_use_id": "toolu_1", "content": "noted x"}),
+        ToolResult(
+            4, "toolu_1", {"type": "tool_result", "tool_use_id": "toolu_1", "content": "noted x"}
+        ),
         Assistant(
             5, 2, {"role": "assistant", "content": [{"type": "text", "text": "ok"}]}, "end_turn"
         ),
