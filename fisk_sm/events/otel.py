@@ -5,7 +5,9 @@ OpenTelemetry: it uses the `TracerProvider` it is given, else the global one (a 
 application sets one). `otlp_export()` builds what the command line exports through: a provider
 of its own, OTLP over HTTP as the standard `OTEL_EXPORTER_OTLP_*` variables say, exported in
 batches by the SDK's thread; its `shutdown()` flushes. The `opentelemetry` packages (the
-`fisk-sm[otel]` extra) are imported only by this module, which nothing imports unless asked to.
+`fisk-sm[otel]` extra) are imported only by this module and `fisk_sm.events.otel_genai` (the
+attributes' names and shapes, as the GenAI convention has them, which only this module imports),
+and nothing imports this module unless asked to.
 
 One trace per run, or per resume of a session (each resume has its own run span; they share
 `gen_ai.conversation.id`, the run id):
@@ -21,11 +23,6 @@ MessageReceived of the `decide` state, after the turn is journaled: the span is 
 the time noted, so its duration is the call's. A call that never replied is ended by the
 RunEnded that follows, with an error status.
 
-`gen_ai.usage.input_tokens` counts every input token, the cached ones included, as the
-convention says; `gen_ai.usage.cache_read.input_tokens` and
-`gen_ai.usage.cache_creation.input_tokens` are its cached parts (Anthropic's own
-`input_tokens` leaves them out).
-
 Content (the model's text, the answer, tool arguments and results, approval arguments, warning
 details) stays out of the spans unless asked for: `capture_content=True`, or, when that is not
 given, `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`.
@@ -37,15 +34,21 @@ ending a span only queues it for the exporter's thread, so the adapter never hol
 from __future__ import annotations
 
 import json
-import os
 import time
 
 import attrs
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from opentelemetry.trace import Span, SpanKind
 from opentelemetry.util.types import AttributeValue
 
+from fisk_sm.events.otel_genai import (
+    CAPTURE_CONTENT_ENV,
+    capture_from_env,
+    fail,
+    output_messages,
+    usage_attributes,
+)
 from fisk_sm.events.types import (
     ApprovalAsked,
     ApprovalDenied,
@@ -61,12 +64,9 @@ from fisk_sm.events.types import (
     ToolFinished,
     WarningRaised,
 )
-from fisk_sm.events.usage import Usage
 
 __all__ = ["CAPTURE_CONTENT_ENV", "OtelEvents", "OtlpExport", "otlp_export", "usage_attributes"]
 
-#: The convention's opt-in for content on spans.
-CAPTURE_CONTENT_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 #: Terminal states that are failures of the run (a suspend is not: it resumes).
 FAILED_STATES = frozenset({"failed", "budget_exhausted", "iterations_exhausted"})
 
@@ -87,37 +87,6 @@ _KINDS = frozenset(
         RunEnded,
     }
 )
-
-
-def usage_attributes(usage: Usage) -> dict[str, int]:
-    """The `gen_ai.usage.*` attributes of `usage`: input counts the cached tiers too."""
-    cached = usage.cache_read_tokens + usage.cache_create_tokens
-    return {
-        "gen_ai.usage.input_tokens": usage.input_tokens + cached,
-        "gen_ai.usage.output_tokens": usage.output_tokens,
-        "gen_ai.usage.cache_read.input_tokens": usage.cache_read_tokens,
-        "gen_ai.usage.cache_creation.input_tokens": usage.cache_create_tokens,
-    }
-
-
-def _capture_from_env() -> bool:
-    return os.environ.get(CAPTURE_CONTENT_ENV, "").strip().lower() == "true"
-
-
-def _output_messages(text: str, finish_reason: str | None) -> str:
-    """`gen_ai.output.messages` in the convention's JSON shape: one assistant text message."""
-    message: dict[str, object] = {
-        "role": "assistant",
-        "parts": [{"type": "text", "content": text}],
-    }
-    if finish_reason:
-        message["finish_reason"] = finish_reason
-    return json.dumps([message], ensure_ascii=False)
-
-
-def _fail(span: Span, error_type: str, description: str | None) -> None:
-    span.set_attribute("error.type", error_type)
-    span.set_status(Status(StatusCode.ERROR, description or error_type))
 
 
 @attrs.define
@@ -150,7 +119,7 @@ class OtelEvents:
         provider: str = "anthropic",
     ) -> None:
         self.tracer = trace.get_tracer("fisk_sm", tracer_provider=tracer_provider)
-        self.capture_content = _capture_from_env() if capture_content is None else capture_content
+        self.capture_content = capture_from_env() if capture_content is None else capture_content
         self.agent_name = agent_name
         self.provider = provider
         self._runs: dict[str, _Open] = {}
@@ -268,7 +237,7 @@ class OtelEvents:
             span.set_attribute("gen_ai.response.finish_reasons", [event.stop_reason])
         if self.capture_content:
             span.set_attribute(
-                "gen_ai.output.messages", _output_messages(event.text, event.stop_reason)
+                "gen_ai.output.messages", output_messages(event.text, event.stop_reason)
             )
         span.end(end_time=end)
         opened.call = opened.call_left = None
@@ -300,7 +269,7 @@ class OtelEvents:
         if self.capture_content:
             span.set_attribute("gen_ai.tool.call.result", event.output)
         if event.is_error:
-            _fail(span, "tool_error", "the tool returned an error")
+            fail(span, "tool_error", "the tool returned an error")
         span.end()
 
     def _gated(self, event: GatedCall) -> None:
@@ -348,9 +317,9 @@ class OtelEvents:
             }
         )
         if self.capture_content and event.answer:
-            span.set_attribute("gen_ai.output.messages", _output_messages(event.answer, None))
+            span.set_attribute("gen_ai.output.messages", output_messages(event.answer, None))
         if event.state in FAILED_STATES:
-            _fail(span, event.state, event.message)
+            fail(span, event.state, event.message)
         cut = "cancelled" if event.state == "suspended" else event.state
         self._end_run(event.run_id, cut, event.message)
 
@@ -359,13 +328,13 @@ class OtelEvents:
         opened = self._runs.pop(run_id)
         self._resumed.pop(run_id, None)
         if opened.call is not None:
-            _fail(opened.call, error_type, message or "the call got no reply")
+            fail(opened.call, error_type, message or "the call got no reply")
             opened.call.end(end_time=opened.call_left)
         for span in opened.tools.values():
-            _fail(span, error_type, message or "the tool did not finish")
+            fail(span, error_type, message or "the tool did not finish")
             span.end()
         if error_type == "interrupted":
-            _fail(opened.span, error_type, message)
+            fail(opened.span, error_type, message)
         opened.span.end()
 
 

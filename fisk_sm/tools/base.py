@@ -1,10 +1,9 @@
 """Python tools: the `@tool` decorator, the tool box and dispatch.
 
 A tool is a Python callable (sync or async) plus a name, a description and a JSON schema for its
-input. The schema comes from the type hints and the docstring (an `Args:` section describes the
-parameters), or is given explicitly. Dispatch never raises for the model's mistakes: an unknown
-tool, missing required parameters and a tool that raises all become `is_error` results, and the
-run goes on.
+input. The schema comes from the function's type hints and docstring (`fisk_sm.tools.schema`), or
+is given explicitly. Dispatch never raises for the model's mistakes: an unknown tool, missing
+required parameters and a tool that raises all become `is_error` results, and the run goes on.
 """
 
 from __future__ import annotations
@@ -12,12 +11,11 @@ from __future__ import annotations
 import importlib
 import inspect
 import json
-import re
 import sys
 import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
+from typing import Any
 
 import attrs
 
@@ -25,6 +23,7 @@ from fisk_sm.config.limits import MAX_IMAGE, MAX_OUTPUT, byte_limit_problem, tim
 from fisk_sm.config.names import CRASH_POLICIES
 from fisk_sm.config.text import scrub, scrub_json
 from fisk_sm.tools.output import cap_blocks, cap_text, image_problem
+from fisk_sm.tools.schema import schema_for
 from fisk_sm.tools.worker import call_in_thread
 
 __all__ = [
@@ -134,71 +133,6 @@ class Content:
 
     text: str
     blocks: tuple[dict[str, Any], ...]
-
-
-_JSON_TYPES: dict[Any, str] = {
-    str: "string",
-    int: "integer",
-    float: "number",
-    bool: "boolean",
-    list: "array",
-    tuple: "array",
-    dict: "object",
-}
-
-
-def _schema_of(hint: Any) -> dict[str, Any]:
-    origin = get_origin(hint)
-    if origin is Literal:
-        return {"enum": list(get_args(hint))}
-    if origin in (Union, types.UnionType):
-        inner = [a for a in get_args(hint) if a is not type(None)]
-        return _schema_of(inner[0]) if len(inner) == 1 else {}
-    if origin in (list, tuple, Sequence):
-        args = get_args(hint)
-        return {"type": "array", "items": _schema_of(args[0])} if args else {"type": "array"}
-    if origin in (dict, Mapping):
-        return {"type": "object"}
-    return {"type": _JSON_TYPES[hint]} if hint in _JSON_TYPES else {}
-
-
-def _docstring_parts(doc: str) -> tuple[str, dict[str, str]]:
-    """Split a docstring into its description and its `Args:` entries."""
-    text = inspect.cleandoc(doc)
-    head, _, args = text.partition("\nArgs:\n")
-    described: dict[str, str] = {}
-    current = ""
-    for line in args.splitlines():
-        match = re.match(r"\s+(\w+)(?:\s*\([^)]*\))?:\s*(.*)", line)
-        if match and (not current or len(line) - len(line.lstrip()) <= 4):
-            current = match.group(1)
-            described[current] = match.group(2).strip()
-        elif current and line.strip():
-            described[current] = f"{described[current]} {line.strip()}".strip()
-    return head.strip(), described
-
-
-def schema_for(fn: Callable[..., Any]) -> tuple[str, dict[str, Any]]:
-    """The description and input schema of `fn`, from its signature and docstring."""
-    description, described = _docstring_parts(fn.__doc__ or "")
-    hints = get_type_hints(fn)
-    properties: dict[str, Any] = {}
-    required: list[str] = []
-    for name, param in inspect.signature(fn).parameters.items():
-        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-            continue
-        prop = _schema_of(hints.get(name, Any))
-        if name in described:
-            prop["description"] = described[name]
-        if param.default is param.empty:
-            required.append(name)
-        else:
-            prop["default"] = param.default
-        properties[name] = prop
-    schema: dict[str, Any] = {"type": "object", "properties": properties}
-    if required:
-        schema["required"] = required
-    return description, schema
 
 
 def tool(

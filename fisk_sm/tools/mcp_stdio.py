@@ -18,10 +18,12 @@ server outstays its grace; owning the group is why this module exists.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import subprocess
-from collections.abc import AsyncIterator, Collection, Sequence
+from collections.abc import AsyncIterator, Collection, Coroutine, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import anyio
 import attrs
@@ -42,6 +44,9 @@ STDERR_TAIL = 2000
 _POLL = 0.02
 #: Pipe failures that only mean the other end is gone.
 _GONE = (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, OSError)
+#: Starts and stops that run on past a cancel of their caller, kept referenced until done.
+_RUNNING: set[object] = set()
+_T = TypeVar("_T")
 
 
 @attrs.define(eq=False)
@@ -73,13 +78,13 @@ async def _exited(process: Process, seconds: float) -> bool:
     return process.returncode is not None
 
 
-async def _stop(process: Process, contained: Containment) -> None:
-    """Close stdin, give the server its grace, then kill its whole group and containment, and
-    reap it."""
+async def _stop(process: Process, contained: Containment, grace: float = STOP_GRACE) -> None:
+    """Close stdin, give the server `grace` seconds, then kill its whole group and containment,
+    and reap it."""
     assert process.stdin is not None
     with contextlib.suppress(*_GONE):
         await process.stdin.aclose()
-    await _exited(process, STOP_GRACE)
+    await _exited(process, grace)
     # The containment first (what it left behind, in its group or not, and itself if it is
     # still there): it finds the processes while they live, so it can reap them. The group is
     # what is left to kill where there is no /proc.
@@ -88,32 +93,95 @@ async def _stop(process: Process, contained: Containment) -> None:
     await _exited(process, STOP_GRACE)
 
 
+async def _release(process: Process) -> None:
+    """Close the pipes and reap the process (dead by now; a cancel would kill it)."""
+    with anyio.move_on_after(STOP_GRACE):
+        await process.aclose()
+
+
+def _kept(work: Coroutine[object, object, _T]) -> asyncio.Task[_T]:
+    """`work` as a task, referenced until it is done (the loop keeps only weak references)."""
+    task = asyncio.ensure_future(work)
+    _RUNNING.add(task)
+    task.add_done_callback(_RUNNING.discard)
+    return task
+
+
+async def _through(work: Coroutine[object, object, _T]) -> _T:
+    """Run `work` in a task of its own and wait for it. A cancel of ours never stops the work:
+    an anyio cancel scope's does not even end the wait (shielded), a native one
+    (`asyncio.Task.cancel`, which anyio cannot shield from: `connect` cancels so) ends only the
+    wait."""
+    task = _kept(work)
+    with anyio.CancelScope(shield=True):
+        result = await asyncio.shield(task)
+    return result
+
+
+async def _start(
+    argv: Sequence[str], cwd: Path, env: dict[str, str], contained: Containment
+) -> Process:
+    """Open the containment, spawn the server and move it into the containment's cgroup. Run
+    through `_through`, so never cancelled halfway: a server it started is either returned or
+    killed."""
+    try:
+        await contained.open()
+        process = await anyio.open_process(
+            list(argv),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=cwd,
+            env=env,
+            start_new_session=True,
+        )
+    except BaseException:
+        await contained.close()  # the cgroup made for it
+        raise
+    try:
+        await contained.adopt(process.pid)
+    except BaseException:
+        await _stop(process, contained, grace=0)
+        await _release(process)
+        raise
+    return process
+
+
+async def _abandon(starting: asyncio.Future[Process], contained: Containment) -> None:
+    """Let a start whose caller was cancelled finish, then kill what it started (no grace: the
+    server was never spoken to)."""
+    await asyncio.wait({starting})
+    if starting.cancelled() or starting.exception() is not None:
+        return  # it killed what it had started itself
+    process = starting.result()
+    await _stop(process, contained, grace=0)
+    await _release(process)
+
+
 @contextlib.asynccontextmanager
 async def stdio_transport(
     argv: Sequence[str], *, work_dir: Path, pass_env: Collection[str]
 ) -> AsyncIterator[tuple[TransportStreams, ServerProcess]]:
     """Start the server; yield the session's streams and the process. Raises OSError if the
-    program cannot be started. Enter and leave it in one task (it holds a task group)."""
-    cwd = work_dir
+    program cannot be started. Enter and leave it in one task (it holds a task group).
+
+    A cancel at any point leaves no process of the server alive once the clean-up is done, and
+    that clean-up is waited for (but by a second native cancel, which ends only the wait)."""
     contained = Containment()
-    env = child_env(cwd, None, pass_env)
+    env = child_env(work_dir, None, pass_env)
     contained.environ(env)
-    with anyio.CancelScope(shield=True):  # a started server is never left unowned
-        try:
-            await contained.open()
-            process = await anyio.open_process(
-                list(argv),
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                cwd=cwd,
-                env=env,
-                start_new_session=True,
-            )
-        except BaseException:
-            await contained.close()  # the cgroup made for it
-            raise
-        await contained.adopt(process.pid)
+    # The start runs in a task of its own: a cancel of ours must not land between the spawn and
+    # the `try` that stops the server (in `open_process`, in `adopt`), nor leave a move into
+    # the cgroup to race the clean-up.
+    starting = _kept(_start(argv, work_dir, env, contained))
+    try:
+        with anyio.CancelScope(shield=True):
+            process = await asyncio.shield(starting)
+    except BaseException:
+        # Cancelled while starting (the start goes on, then the server is killed), or the start
+        # failed (then nothing of it is left).
+        await _through(_abandon(starting, contained))
+        raise
     server = ServerProcess(process.pid)
     to_session, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_stream, from_session = anyio.create_memory_object_stream[SessionMessage](0)
@@ -158,11 +226,9 @@ async def stdio_transport(
             try:
                 yield (read_stream, write_stream), server
             finally:
-                with anyio.CancelScope(shield=True):
-                    await _stop(process, contained)
+                await _through(_stop(process, contained))
                 tasks.cancel_scope.cancel()
     finally:
         for stream in (read_stream, write_stream, to_session, from_session):
             stream.close()
-        with anyio.move_on_after(STOP_GRACE, shield=True):
-            await process.aclose()  # its pipes; the process is dead by now
+        await _through(_release(process))
