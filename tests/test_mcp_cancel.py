@@ -20,6 +20,8 @@ import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import pytest
+
 from fisk_sm.config.mcp import McpServer
 from fisk_sm.tools.mcp import connect
 
@@ -92,11 +94,24 @@ def left_alive(token: str, pid_file: Path) -> list[int]:
     return sorted({*carriers(token), *filter(alive, listed)})
 
 
+def described(pid: int) -> str:
+    """`pid`'s state, parent, cgroup and command line, for a failure's message."""
+    proc = Path(f"/proc/{pid}")
+    try:
+        status = dict(line.split(":\t", 1) for line in (proc / "status").read_text().splitlines())
+        cgroup = (proc / "cgroup").read_text().splitlines()[-1]
+        argv = (proc / "cmdline").read_bytes().replace(b"\0", b" ")[:80]
+    except (OSError, ValueError):
+        return f"{pid} (gone)"
+    return f"{pid} ({status.get('State')}, parent {status.get('PPid')}, {cgroup}, {argv!r})"
+
+
 async def until_gone(token: str, pid_file: Path, what: str) -> None:
     loop = asyncio.get_running_loop()
     end = loop.time() + DEADLINE
     while left := left_alive(token, pid_file):
-        assert loop.time() < end, f"{what}: processes {left} of the server are still alive"
+        if loop.time() > end:
+            pytest.fail(f"{what}: still alive: {'; '.join(map(described, left))}")
         await asyncio.sleep(0.01)
 
 

@@ -12,6 +12,12 @@ are killed, so nothing it started outlives the run, not even what left the group
 double fork). If the run's process dies without closing it, the end of input still reaches the
 server (but what the server left in other sessions lives on).
 
+A cancel at any point, the start included, leaves nothing of the server alive: the start (the
+containment, the spawn, the move into the cgroup) and the stop run in tasks of their own, which a
+cancel does not interrupt (anyio's shield does not stop `asyncio.Task.cancel`, which is how
+`fisk_sm.tools.mcp.connect` cancels); the cancelled caller waits for the clean-up, then sees its
+own CancelledError.
+
 The SDK's own `stdio_client` does not give out the process, and kills the group only if the
 server outstays its grace; owning the group is why this module exists.
 """
