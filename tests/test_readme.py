@@ -36,7 +36,7 @@ async def test_the_stepping_snippet_runs_with_the_readme_agent_yaml(
     code = block("## Stepping a run", "python")
     body = textwrap.indent(code, "    ")
     namespace: dict[str, object] = {}
-    exec(f"async def snippet():\n{body}\n    return run, step\n", namespace)
+    exec(f"async def snippet():\n{body}\n    return agent_run, step\n", namespace)
     run, step = await namespace["snippet"]()  # type: ignore[operator]
     assert (step.source, step.destination) == ("suspend_check", "call")
     assert run.state == "suspended"

@@ -123,7 +123,9 @@ def test_session_ls_lists_the_good_and_names_each_bad_file(
     out, err = capsys.readouterr()
     rows = {line.split()[0]: line for line in out.splitlines()[1:]}
     assert " open " in rows["good"]
-    named = sorted(err.splitlines())
+    header, *damaged = err.splitlines()  # the store listed, then each damaged file
+    assert header == f"sessions in {state.directory} (from --state-dir)"
+    named = sorted(damaged)
     assert len(named) == len(KINDS)
     for line, kind in zip(named, sorted(KINDS), strict=True):
         assert line.startswith(f"fisk-sm: {state.directory / kind}.json: ")
@@ -205,7 +207,7 @@ def test_the_real_commands_over_a_hostile_directory(state: FileStore, agent: Pat
     where = ["--state-dir", str(state.directory)]
     done = fisk("session", "ls", *where)
     assert done.returncode == 0, done.stderr
-    assert len(done.stderr.splitlines()) == len(KINDS)
+    assert len(done.stderr.splitlines()) == 1 + len(KINDS)  # the "sessions in" line, the files
     assert "good" in done.stdout
     for kind in ("empty", "directory"):
         for argv in (

@@ -174,7 +174,18 @@ def test_quitting_a_checkpointed_run_mid_iteration_leaves_it_resumable(
         timeout=HANG,
     )
     assert done.returncode == 0, done.stderr
-    assert "stopped in execute; every completed step is in the journal" in done.stdout
+    # q requests a suspend, as SIGTERM does: the tool runs, the next boundary suspends
+    assert "suspended; " in done.stdout
+    assert '"suspended"' in (state / "mid.json").read_text().splitlines()[-1]
+    listed = subprocess.run(
+        [*CLI, "session", "ls", "-c", str(agent), "--state-dir", str(state)],
+        capture_output=True,
+        text=True,
+        env=environment(),
+        timeout=HANG,
+    )
+    assert "owner gone" not in listed.stdout
+    assert "suspended" in listed.stdout
     resumed = subprocess.run(
         [*CLI, "run", "-c", str(agent), "--state-dir", str(state), "--resume", "mid"],
         capture_output=True,
@@ -184,4 +195,6 @@ def test_quitting_a_checkpointed_run_mid_iteration_leaves_it_resumable(
     )
     assert resumed.returncode == 0, resumed.stderr
     assert resumed.stdout == "five\n"
-    assert "-> add" in resumed.stderr  # the tool the stepper stopped before runs on resume
+    lines = (state / "mid.json").read_text().splitlines()
+    started = [line for line in lines if '"type":"tool_started"' in line]
+    assert len(started) == 1  # the tool ran before the suspend, and only then

@@ -177,10 +177,23 @@ async def test_what_explain_knows_before_a_step_is_what_the_step_finds(
 async def test_run_until_stops_before_a_named_tool(api: FakeMessagesAPI) -> None:
     two_turns(api)
     calls: list[tuple[int, int]] = []
-    run, _, _ = make_run(api, [adder(calls)])
+    doubled: list[int] = []
+
+    @tool
+    def mul(a: int) -> int:
+        """Double a number.
+
+        Args:
+            a: the number
+        """
+        doubled.append(a)
+        return 2 * a
+
+    run, _, _ = make_run(api, [adder(calls), mul])
     assert await run.run_until(tool="mul") == "execute"
     assert run.data.pending[0].name == "mul"
     assert calls == [(2, 3)]  # add ran; mul has not
+    assert doubled == []
     assert await run.run_until(tool=["add"]) == "execute"
     assert run.data.pending[0].input == {"a": 5, "b": 1}
     assert calls == [(2, 3)]
@@ -192,14 +205,15 @@ async def test_run_until_stops_on_reaching_an_iteration(api: FakeMessagesAPI) ->
     assert await run.run_until(iteration=2) == "journal"
     assert run.data.iteration == 2
     assert len(api.requests) == 2
-    assert await run.run_until("decide", tool="add", iteration=9) == "decide"
+    either = [{"states": ["decide"]}, {"tool": "add"}, {"iteration": 9}]
+    assert await run.run_until(any_of=either) == "decide"
     assert await run.run_until(iteration=2) == "completed"  # already past it: to the end
 
 
 async def test_run_to_says_why_it_stopped(api: FakeMessagesAPI) -> None:
     two_turns(api)
     run, _, _ = make_run(api, [adder([])])
-    stops = Stops.of(("feed_back",), tool="add", iteration=2)
+    stops = Stops(any_of=(Stops.of(("feed_back",)), Stops.of(tool="add"), Stops.of(iteration=2)))
     reasons: list[Any] = []
     while not run.finished:
         reasons.append(await run.run_to(stops))

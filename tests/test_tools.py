@@ -54,7 +54,8 @@ async def test_async_tools_are_awaited_and_results_rendered_as_json() -> None:
         """Pair up."""
         return {"a": a, "flag": flag}
 
-    assert pair.input_schema["properties"]["flag"] == {"type": "boolean", "default": None}
+    flag = {"anyOf": [{"type": "boolean"}, {"type": "null"}], "default": None}  # null allowed
+    assert pair.input_schema["properties"]["flag"] == flag
     box = ToolBox.of([pair])
     outcome = await box.invoke("pair", {"a": 1})
     assert (outcome.content, outcome.is_error) == ('{"a": 1, "flag": null}', False)

@@ -64,7 +64,8 @@ def add_session_parser(sub: Any) -> None:
         help="list, show, remove or fork checkpointed sessions",
         description="Work with checkpointed sessions: those of the file backend under"
         " --state-dir; else of the backend -c agent.yaml configures (its sessions directory, or"
-        " its JetStream stream); else of $XDG_STATE_HOME/fisk-sm/runs.",
+        " its JetStream stream); else of ./agent.yaml's backend when the current directory has"
+        " one; else of $XDG_STATE_HOME/fisk-sm/runs. `ls` names the store on stderr.",
     )
     where = argparse.ArgumentParser(add_help=False)
     where.add_argument("--state-dir", type=Path, help="the sessions directory")

@@ -61,7 +61,7 @@ def describe(config: AgentConfig, out: TextIO) -> None:
         f"  provider        {llm.provider}\n"
         f"  model           {llm.model}\n"
         f"  base_url        {llm.base_url or 'https://api.anthropic.com (SDK default)'}\n"
-        f"  thinking        {'adaptive' if llm.thinking.enabled else 'off'}\n"
+        f"  thinking        {llm.resolved_thinking.label}\n"
         f"  output cap      {llm.output_cap} tokens per reply\n"
         f"  max_tokens      {budget.max_tokens} (whole run, four tiers)\n"
         f"  max_iterations  {budget.max_iterations}\n"

@@ -1,16 +1,23 @@
 """`fisk-sm report ID -o report.html`: one self-contained HTML page about a session.
 
-The page needs no network and runs no script: the machine with the session's path as inline
-SVG (`fisk_sm.machine.diagram`), a timeline of the transitions it took with the tokens of each
-model turn (`fisk_sm.machine.path.session_path`, derived from the journal), and the transcript,
-with thinking, tool calls and tool results folded in `<details>`. Everything read from the
-journal is HTML-escaped.
+The page needs no network and runs no script: the machine with the session's path marked on
+its shipped SVG (`fisk_sm.machine.diagram.path_drawing`: no Graphviz needed), shown at its own
+size in a scrolling box, with a "fit to width" switch that is a CSS checkbox; the approvals
+(tool, input, tag, answer); a timeline of the model calls (tokens) and tools (names, outcome);
+the transitions the run took (`fisk_sm.machine.path.session_path`, derived from the journal);
+and the transcript, with thinking, tool calls and tool results folded in `<details>`.
+Everything read from the journal is HTML-escaped.
+
+The journal records no clock time but the session's creation, and not who answered an
+approval: the page says so where a reader would look for them, rather than guess. The page
+holds the conversation, so its file is written 0600, an existing file tightened to it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from html import escape
@@ -19,8 +26,18 @@ from typing import Any
 
 from fisk_sm.cli.session import record_line, session_records
 from fisk_sm.journal.fold import fold
-from fisk_sm.journal.records import Assistant, Meta, Record, Terminal, ToolResult, User
-from fisk_sm.machine.diagram import svg
+from fisk_sm.journal.records import (
+    ApprovalAnswered,
+    ApprovalRequested,
+    Assistant,
+    Meta,
+    Record,
+    Terminal,
+    ToolResult,
+    ToolStarted,
+    User,
+)
+from fisk_sm.machine.diagram import path_drawing
 from fisk_sm.machine.path import SessionPath, session_path
 from fisk_sm.machine.table import load_table
 
@@ -31,7 +48,9 @@ body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:72em;padding:
 h1{font-size:1.4em}h2{font-size:1.15em;margin-top:2em;border-bottom:1px solid #ddd}
 table{border-collapse:collapse;font-size:13px}td,th{padding:2px 8px;border-bottom:1px solid #eee;
 text-align:left;vertical-align:top}th{background:#f6f6f6}.num{text-align:right}
-.diagram svg{max-width:100%;height:auto}pre{white-space:pre-wrap;background:#f7f7f7;
+.diagram{overflow:auto;max-height:85vh;border:1px solid #ddd}.diagram svg{display:block}
+#fit:checked~.diagram svg{width:100%;height:auto}.note{color:#92400e}.unknown{color:#777}
+pre{white-space:pre-wrap;background:#f7f7f7;
 padding:.5em;margin:.25em 0;border-radius:4px}.turn{margin:.6em 0;padding:.4em .8em;
 border-left:4px solid #ccc}.assistant{border-color:#1d4ed8}.user{border-color:#15803d}
 .terminal{border-color:#b45309}.error{color:#b91c1c}summary{cursor:pointer;color:#333}
@@ -59,10 +78,24 @@ def cmd_report(args: argparse.Namespace) -> int:
     records = session_records(args.state_dir, args.config, args.id)
     page = report_html(records, session_path(records))
     if args.output:
-        args.output.write_text(page, encoding="utf-8")
+        write_private(args.output, page)
     else:
         sys.stdout.write(page)
     return 0
+
+
+def write_private(where: Path, text: str) -> None:
+    """Write `text` to `where` readable by its owner only: created 0600 whatever the umask,
+    and an existing file tightened to 0600 before a byte is written."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+    fd = os.open(where, flags, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+    except BaseException:
+        os.close(fd)
+        raise
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.write(text)
 
 
 def report_html(records: Sequence[Record], path: SessionPath) -> str:
@@ -87,21 +120,126 @@ def report_html(records: Sequence[Record], path: SessionPath) -> str:
         "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
         f"<title>{title}</title><style>{_STYLE}</style></head><body>\n"
         f"<h1>{title}</h1><dl>{summary}</dl>\n"
-        f"<h2>Path</h2><div class='diagram'>{_inline_svg(path)}</div>\n"
+        f"<h2>Path</h2>{_path_view(path)}\n"
+        f"<h2>Approvals</h2>{_approvals(records)}\n"
+        f"<h2>Model calls and tools</h2>{_calls(records)}\n"
         f"<h2>Timeline</h2>{_timeline(records, path)}\n"
         f"<h2>Transcript</h2>{_transcript(records)}\n"
         "</body></html>\n"
     )
 
 
-def _inline_svg(path: SessionPath) -> str:
-    """The diagram as an `<svg>` element (Graphviz's XML prolog and doctype dropped)."""
-    text = svg(load_table(), [path])
-    return text[text.index("<svg") :] if "<svg" in text else escape(text)
+def _path_view(path: SessionPath) -> str:
+    """The path on the machine, at its own size in a scrolling box (readable), with a CSS-only
+    switch to fit it to the page width; or the mermaid text and why."""
+    drawing = path_drawing(load_table(), [path])
+    note = f"<p class='note'>{escape(drawing.note)}</p>" if drawing.note else ""
+    if drawing.kind != "svg":
+        return f"{note}<pre class='mermaid-text'>{escape(drawing.text)}</pre>"
+    text = drawing.text
+    element = text[text.index("<svg") :]  # the XML prolog and doctype dropped
+    toggle = "<input type='checkbox' id='fit'><label for='fit'> fit to the page width</label>"
+    return f"{note}{toggle}<div class='diagram'>{element}</div>"
+
+
+_UNKNOWN = "<td class='unknown'>not journaled</td>"
+
+
+def _tool_names(records: Sequence[Record]) -> dict[str, str]:
+    """tool_use_id -> tool name, from the journaled turns and tool intents."""
+    names: dict[str, str] = {}
+    for r in records:
+        if isinstance(r, Assistant):
+            names.update((str(b.get("id")), str(b.get("name"))) for b in _tool_blocks(r))
+        elif isinstance(r, ToolStarted):
+            names[r.tool_use_id] = r.name
+    return names
+
+
+def _approvals(records: Sequence[Record]) -> str:
+    """Each call put to the operator: the tool, its input and tag, and the answer."""
+    answers = {r.tool_use_id: r for r in records if isinstance(r, ApprovalAnswered)}
+    rows = []
+    for r in records:
+        if not isinstance(r, ApprovalRequested):
+            continue
+        got = answers.get(r.tool_use_id)
+        answer = "pending (never answered)" if got is None else got.answer
+        if got is not None and got.reason:
+            answer += f" ({got.reason})"
+        answered = "" if got is None else f"seq {got.seq}"
+        rows.append(
+            f"<tr class='approval'><td class='tool'>{escape(r.name)}</td>"
+            f"<td>{escape(r.tool_use_id)}</td><td>{_pre(r.input)}</td><td>{escape(r.tag)}</td>"
+            f"<td class='answer'>{escape(answer)}</td><td class='num'>seq {r.seq}</td>"
+            f"<td class='num'>{escape(answered)}</td>{_UNKNOWN}</tr>"
+        )
+    if not rows:
+        return "<p>No call was put to the operator.</p>"
+    head = (
+        "<tr><th>tool</th><th>call</th><th>input</th><th>tag</th><th>answer</th>"
+        "<th>asked</th><th>answered</th><th>who, at what time</th></tr>"
+    )
+    why = (
+        "<p class='unknown'>The journal records each answer and where it falls among the"
+        " records (its seq); it does not record who answered, nor the time.</p>"
+    )
+    return f"<table class='approvals'>{head}{''.join(rows)}</table>{why}"
+
+
+def _calls(records: Sequence[Record]) -> str:
+    """The model calls (stop reason, tools asked for, tokens) and the tools (name, outcome), in
+    journal order; latency and durations are not journaled, and the page says so."""
+    names = _tool_names(records)
+    started = {r.tool_use_id: r.seq for r in records if isinstance(r, ToolStarted)}
+    rows = []
+    for r in records:
+        if isinstance(r, Assistant):
+            t = r.usage
+            asked = [names.get(str(b.get("id")), "?") for b in _tool_blocks(r)]
+            tokens = (
+                f"in {t.input_tokens} out {t.output_tokens}"
+                f" cache {t.cache_read_tokens}/{t.cache_create_tokens}"
+            )
+            what = f"model call {r.iteration} ({r.stop_reason or 'no stop reason'})"
+            detail = "asks for " + ", ".join(asked) if asked else "no tool"
+            rows.append((r.seq, "model", what, detail, tokens))
+        elif isinstance(r, ToolResult):
+            name = names.get(r.tool_use_id, "?")
+            begun = started.get(r.tool_use_id)
+            span = f"seq {begun}–{r.seq}" if begun is not None else "not started (refused)"
+            outcome = "error" if r.is_error else "ok"
+            rows.append((r.seq, "tool", name, f"{r.kind}, {outcome}, {span}", ""))
+    if not rows:
+        return "<p>No model call was journaled.</p>"
+    body = "".join(
+        f"<tr class='{kind}'><td class='num'>{seq}</td><td class='name'>{escape(what)}</td>"
+        f"<td>{escape(detail)}</td><td>{escape(tokens)}</td>{_UNKNOWN}</tr>"
+        for seq, kind, what, detail, tokens in rows
+    )
+    head = (
+        "<tr><th>seq</th><th>model call or tool</th><th>detail</th><th>tokens</th>"
+        "<th>latency or duration</th></tr>"
+    )
+    why = (
+        "<p class='unknown'>The journal records the order of the calls and tools, not their"
+        " clock times, so no latency or duration is shown.</p>"
+    )
+    return f"<table class='timeline'>{head}{body}</table>{why}"
+
+
+def _tool_blocks(r: Assistant) -> list[dict[str, Any]]:
+    content = r.message.get("content")
+    blocks = content if isinstance(content, list) else []
+    return [b for b in blocks if isinstance(b, dict) and b.get("type") == "tool_use"]
 
 
 def _timeline(records: Sequence[Record], path: SessionPath) -> str:
+    """One row per state entered, with the tool whose record the step read, if any."""
     turns = {r.seq: r for r in records if isinstance(r, Assistant)}
+    names = _tool_names(records)
+    calls = (ToolStarted, ToolResult, ApprovalRequested, ApprovalAnswered)
+    tool_at = {r.seq: names.get(r.tool_use_id, "?") for r in records if isinstance(r, calls)}
     rows = []
     for n, step in enumerate(path.steps, 1):
         via = "start" if step.trigger is None else step.trigger
@@ -117,12 +255,13 @@ def _timeline(records: Sequence[Record], path: SessionPath) -> str:
             f"<td class='num'>{n}</td><td class='num'>{step.seq}</td>"
             f"<td class='num'>{step.iteration}</td><td>{escape(step.source or '')}</td>"
             f"<td>{escape(via)}</td><td>{escape(step.guard or '')}</td>"
-            f"<td><b>{escape(step.destination)}</b></td><td>{escape(tokens)}</td>"
+            f"<td><b>{escape(step.destination)}</b></td>"
+            f"<td class='tool'>{escape(tool_at.get(step.seq, ''))}</td><td>{escape(tokens)}</td>"
         )
         rows.append(f"<tr>{cells}</tr>")
     head = (
         "<tr><th>#</th><th>seq</th><th>iteration</th><th>from</th><th>trigger</th>"
-        "<th>guard</th><th>to</th><th>tokens of the turn</th></tr>"
+        "<th>guard</th><th>to</th><th>tool</th><th>tokens of the turn</th></tr>"
     )
     return f"<table>{head}{''.join(rows)}</table>"
 

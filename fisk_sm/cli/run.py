@@ -31,7 +31,7 @@ from fisk_sm.journal import failpoint
 from fisk_sm.journal.filestore import FileStore, JournalIOError, check_run_id, default_directory
 from fisk_sm.journal.jetstream import JetStreamStore, connect_configured
 from fisk_sm.loop.harness import Harness, NoModel, RunOptions
-from fisk_sm.loop.replay import replay
+from fisk_sm.loop.replay import divergence_diff, replay
 from fisk_sm.loop.run import Run
 from fisk_sm.loop.sessions import resume_session, start_session
 from fisk_sm.model.clients import warm_up
@@ -251,7 +251,10 @@ async def _main(
 ) -> int:
     """Import remote tools (if any), build or resume the run, and drive it."""
     async with opened_run(args, config, events) as run:
-        return await _drive(run, args, journaled=early.journaled, signals=early.count)
+        code = await _drive(run, args, journaled=early.journaled, signals=early.count)
+        for line in divergence_diff(run).splitlines():  # the replay's "failed:" line came first
+            _say(line)
+        return code
 
 
 @contextlib.asynccontextmanager

@@ -2,7 +2,8 @@
 
 The store is the file backend under `--state-dir`, else the one `-c agent.yaml` configures: its
 directory, or its JetStream stream (`sessions.backend: jetstream`), which `session init-stream`
-creates.
+creates. Without either, the agent.yaml of the current directory is used when there is one, so
+that `session ls` next to an agent lists that agent's sessions; else the XDG default.
 """
 
 from __future__ import annotations
@@ -29,7 +30,19 @@ from fisk_sm.machine.path import PathError, SessionPath, session_path
 from fisk_sm.model.blocks import ToolUseBlock, message_of
 from fisk_sm.operator.sanitize import sanitize, say, strip_control
 
-__all__ = ["cmd_session", "record_line", "session_paths", "session_records", "shown_status"]
+__all__ = [
+    "HERE",
+    "cmd_session",
+    "config_here",
+    "record_line",
+    "session_paths",
+    "session_records",
+    "shown_status",
+]
+
+#: The agent.yaml that the session commands use, without `--state-dir` or `-c`, when it is in
+#: the current directory.
+HERE = Path("agent.yaml")
 
 
 Store = FileStore | JetStreamStore
@@ -53,11 +66,22 @@ async def _stream_records(
         return [await _load(store, run_id) for run_id in ids]
 
 
+def config_here(state_dir: Path | None, config: Path | None) -> Path | None:
+    """The agent.yaml whose sessions are meant: `-c`'s; else, with no `--state-dir` either, the
+    current directory's agent.yaml if there is one (a user next to an agent means its
+    sessions, not the XDG default's); else none."""
+    if config is not None or state_dir is not None:
+        return config
+    return HERE if HERE.is_file() else None
+
+
 def _records(
     state_dir: Path | None, path: Path | None, ids: Sequence[str]
 ) -> list[tuple[Path, list[Record]]]:
-    """The journals `ids` from the store `--state-dir`, else `-c agent.yaml`, names, each with
-    its label (a file store is read on this thread: the caller may be on an event loop)."""
+    """The journals `ids` from the store `--state-dir`, else `-c agent.yaml` (or ./agent.yaml),
+    names, each with its label (a file store is read on this thread: the caller may be on an
+    event loop)."""
+    path = config_here(state_dir, path)
     config = load_config(path) if path else None
     if config is not None and uses_jetstream(state_dir, config):
         return asyncio.run(_stream_records(config, ids))
@@ -128,6 +152,7 @@ def shown_status(info: SessionInfo) -> str:
 
 def cmd_session(args: argparse.Namespace) -> int:
     """Dispatch `session ls|show|rm|fork|init-stream`."""
+    args.config = config_here(args.state_dir, args.config)
     config = load_config(args.config) if args.config else None
     if args.session_command == "init-stream":
         return asyncio.run(_init_stream(config))
@@ -147,8 +172,24 @@ async def _init_stream(config: AgentConfig | None) -> int:
 async def _session(args: argparse.Namespace, config: AgentConfig | None) -> int:
     async with session_store(args.state_dir, config) as store:
         if isinstance(store, JetStreamStore):
+            if args.session_command == "ls":
+                say(f"sessions in stream {store.stream} on {store.url} ({_source(args, config)})")
             return await _jetstream_command(args, store)
+        if args.session_command == "ls":
+            say(f"sessions in {store.directory.absolute()} ({_source(args, config)})")
         return await asyncio.to_thread(_file_command, args, store)
+
+
+def _source(args: argparse.Namespace, config: AgentConfig | None) -> str:
+    """Where the store came from, as the listing's header says it."""
+    if args.state_dir is not None:
+        return "from --state-dir"
+    if config is None:
+        return "the default: no --state-dir, -c or ./agent.yaml"
+    named = f"./{HERE}" if args.config == HERE else f"-c {args.config}"
+    if config.harness.sessions.backend == "file" and config.sessions_directory is None:
+        return f"the default: {named} sets no sessions directory"
+    return f"from {named}"
 
 
 async def _jetstream_command(args: argparse.Namespace, store: JetStreamStore) -> int:

@@ -10,6 +10,15 @@ it reads them line by line from stdin, so a script can drive it. End of input qu
 on a terminal, and never when NO_COLOR is set. Everything shown that may come from the model
 passes through the one sanitizer (`fisk_sm.operator.sanitize`); `p` prints JSON with every
 control character escaped.
+
+Breakpoints are each their own, as in pdb: the run stops where any of them holds (each is one
+`Stops`, joined by `Stops.any_of`). Their names are checked against the run's table and tool
+set, with a "did you mean". `b approval` (or `b approval:NAME`) stops in `gate` before the
+operator is asked about a gated call; `explain` then shows the gate's decision, and
+`approve once|always|deny` answers. The stepper is the run's operator (it takes the gate's
+prompter over): when a gated call comes up with no answer given, it asks on the same input as
+its commands, so a script on stdin can answer too. `q` requests a suspend, as SIGTERM does:
+a journaled run steps on to its next boundary and ends `suspended`.
 """
 
 from __future__ import annotations
@@ -24,17 +33,17 @@ from typing import Any, TextIO
 
 from fisk_sm.cli.lineui import LineUI, transcript_lines
 from fisk_sm.cli.run import check_flags, opened_run, resume_hint
+from fisk_sm.cli.step_prompter import PROMPT, Reader, StepPrompter, parse_answer
 from fisk_sm.config.agent import load_config
-from fisk_sm.config.states import STATE_NAMES, States
+from fisk_sm.config.states import States
+from fisk_sm.loop.explain import gate_asks
 from fisk_sm.loop.run import Run
-from fisk_sm.loop.stops import Stops
+from fisk_sm.loop.stops import ANY_TOOL, Stops, unknown_name
+from fisk_sm.operator.prompter import Approval
 from fisk_sm.operator.sanitize import is_terminal, sanitize
 
 __all__ = ["HELP", "Stepper", "cmd_step"]
 
-PROMPT = "(fisk-sm) "
-#: Reads one command after showing a prompt; None at the end of input.
-Reader = Callable[[str], Awaitable[str | None]]
 #: How many lines of the conversation each stop shows.
 TAIL = 4
 
@@ -45,11 +54,16 @@ c           continue to the end, or a breakpoint
 b STATE     break on entering STATE (b execute)
 b tool:NAME break in execute before tool NAME runs
 b iter:N    break on reaching iteration N (just after the N-th model call)
+b approval  break in gate before the operator is asked (b approval:NAME: about tool NAME)
+            (each breakpoint is its own: the run stops where any of them holds)
+explain     what the next step will do, with the gate's decision for the next call
+approve once|always|deny
+            answer the approval about to be (or being) asked, and step until it is answered
 b           list the breakpoints; b -X clears breakpoint X; b - clears them all
 p PATH      print part of the snapshot as JSON: p usage.input_tokens, p messages.0.content
 w FILE      write the snapshot as JSON (Snapshot.from_json, then Run.restore, reads it)
-q           quit: a checkpointed run stays resumable (suspended at a loop boundary);
-            any other run is aborted
+q           quit: a checkpointed run steps on to its next boundary and ends suspended
+            (resumable), as on SIGTERM; any other run is aborted
 h           this help"""
 
 
@@ -75,6 +89,10 @@ def snapshot_part(document: Any, path: str) -> Any:
     return value
 
 
+async def _no_input(prompt: str) -> str | None:
+    return None
+
+
 class Stepper:
     """The command loop over one run: reads a command, acts, shows where the run stopped."""
 
@@ -86,7 +104,13 @@ class Stepper:
         self.resume_hint = resume_hint
         self.out = out or sys.stdout
         self.color = use_color(self.out)
-        self.breakpoints = Stops()
+        #: the breakpoints as typed (`tool:add`), each with its own `Stops`
+        self.points: dict[str, Stops] = {}
+        self.read: Reader = _no_input
+        self.quitting = False
+        # The stepper is the run's operator: approvals come to it (`StepPrompter`).
+        self.prompter = StepPrompter(run.harness.gate.prompter, self)
+        run.harness.gate.prompter = self.prompter
         self.commands: dict[str, Callable[[str], Awaitable[None]]] = {
             "s": self._step,
             "n": self._next,
@@ -95,7 +119,14 @@ class Stepper:
             "p": self._print,
             "w": self._write,
             "h": self._help,
+            "explain": self._explain,
+            "approve": self._approve,
         }
+
+    @property
+    def breakpoints(self) -> Stops:
+        """The breakpoints as one `Stops`: each its own alternative (OR)."""
+        return Stops(any_of=tuple(self.points.values()))
 
     def say(self, text: str = "", *, heading: bool = False) -> None:
         """Write `text` (bold cyan when `heading` and color is on)."""
@@ -117,8 +148,11 @@ class Stepper:
 
     async def loop(self, read: Reader) -> int:
         """Read and run commands until `q` or the end of input; returns the exit code."""
+        self.read = read
         self.show()
         while True:
+            if self.quitting:
+                return await self._quit()
             line = await read(PROMPT)
             if line is None:
                 return await self._quit()
@@ -142,61 +176,109 @@ class Stepper:
     async def _step(self, argument: str) -> None:
         if self._ended():
             return
+        await self._one_step()
+        self._stopped()
+
+    async def _one_step(self) -> None:
         step = await self.run.step()
         via = f" [{step.guard}]" if step.guard else ""
         self.say(f"stepped: {step.source} --{step.trigger}{via}--> {step.destination}")
-        self._stopped()
+        self._answers()
+
+    def _answers(self) -> None:
+        """Show the approvals answered since the last stop (the step's record of them)."""
+        for tool, answer in self.prompter.answered:
+            word = "denied" if answer is Approval.NO else f"approved {answer.value}"
+            self.say(f"approval answered: {sanitize(tool, 80)} {word}", heading=True)
+        self.prompter.answered.clear()
 
     async def _to(self, stops: Stops) -> None:
         if self._ended():
             return
         reason = await self.run.run_to(stops)
+        self._answers()
         if reason is not None:
             self.say(f"stopped: {reason}", heading=True)
         self._stopped()
 
     def _stopped(self) -> None:
-        if not self._ended():
+        if not self.quitting and not self._ended():
             self.show()
 
     async def _next(self, argument: str) -> None:
-        boundary = frozenset({States.SUSPEND_CHECK})
-        b = self.breakpoints
-        await self._to(Stops(b.states | boundary, b.tools, b.iterations))
+        boundary = Stops(frozenset({States.SUSPEND_CHECK}))
+        await self._to(Stops(any_of=(*self.points.values(), boundary)))
 
     async def _continue(self, argument: str) -> None:
         await self._to(self.breakpoints)
 
+    def _point(self, spec: str) -> Stops | str:
+        """The `Stops` of breakpoint `spec`, or why it is not one (a name checked against
+        the run's table and tools, with a "did you mean")."""
+        run = self.run
+        tools = run.harness.tools.tools
+        kind, colon, name = spec.partition(":")
+        if kind == "tool" and colon:
+            return unknown_name("tool", name, tools) or Stops(tools=frozenset({name}))
+        if kind == "iter" and colon:
+            if not name.isdigit() or int(name) < 1:
+                return f"not an iteration: {name!r} (a whole number from 1)"
+            return Stops(iterations=frozenset({int(name)}))
+        if kind == "approval":
+            if not colon:
+                return Stops(approvals=frozenset({ANY_TOOL}))
+            return unknown_name("tool", name, tools) or Stops(approvals=frozenset({name}))
+        states = [s.name for s in run.machine.table.states]
+        if spec in states:
+            return Stops(frozenset({spec}))
+        error = unknown_name("state", spec, [*states, "tool:", "iter:", "approval"])
+        return f"{error} (a state, tool:NAME, iter:N, approval or approval:NAME)"
+
     async def _break(self, argument: str) -> None:
-        b = self.breakpoints
         if not argument:
-            listed = [*sorted(b.states), *(f"tool:{t}" for t in sorted(b.tools))]
-            listed += [f"iter:{n}" for n in sorted(b.iterations)]
-            self.say("breakpoints: " + (", ".join(listed) or "none"))
+            self.say("breakpoints: " + (", ".join(self.points) or "none"))
             return
         if argument == "-":
-            self.breakpoints = Stops()
+            self.points.clear()
             self.say("breakpoints cleared")
             return
-        clear = argument.startswith("-")
-        spec = argument[1:] if clear else argument
-        states, tools, iterations = set(b.states), set(b.tools), set(b.iterations)
-        if spec.startswith("tool:") and spec[5:]:
-            target: set[Any] = tools
-            value: Any = spec[5:]
-        elif spec.startswith("iter:") and spec[5:].isdigit() and int(spec[5:]) > 0:
-            target, value = iterations, int(spec[5:])
-        elif spec in STATE_NAMES:
-            target, value = states, spec
-        else:
-            self.say(f"not a breakpoint: {sanitize(spec, 80)!r} (a state, tool:NAME or iter:N)")
+        if argument.startswith("-"):
+            spec = argument[1:]
+            if self.points.pop(spec, None) is None:
+                self.say(f"no breakpoint {sanitize(spec, 80)!r}")
+            else:
+                self.say(f"breakpoint cleared: {sanitize(spec, 80)}")
             return
-        if clear:
-            target.discard(value)
-        else:
-            target.add(value)
-        self.breakpoints = Stops(frozenset(states), frozenset(tools), frozenset(iterations))
-        self.say(f"breakpoint {'cleared' if clear else 'set'}: {sanitize(spec, 80)}")
+        point = self._point(argument)
+        if isinstance(point, str):
+            self.say(sanitize(point, 200))
+            return
+        self.points[argument] = point
+        self.say(f"breakpoint set: {sanitize(argument, 80)}")
+
+    async def _explain(self, argument: str) -> None:
+        told = str(self.run.explain()).splitlines()
+        self.say(told[0], heading=True)
+        for line in told[1:]:
+            self.say(line)
+
+    async def _approve(self, argument: str) -> None:
+        answer = parse_answer(argument)
+        if answer is None:
+            self.say("approve once, approve always or approve deny")
+            return
+        run = self.run
+        waiting = run.state == States.AWAITING_APPROVAL and run.data.approval is not None
+        if run.finished or not (waiting or gate_asks(run)):
+            self.say("no approval is about to be asked here")
+            return
+        self.prompter.queued = answer
+        # step through the gate and the wait: until the answer has been taken
+        while not run.finished and (
+            self.prompter.queued is not None or run.state == States.AWAITING_APPROVAL
+        ):
+            await self._one_step()
+        self._stopped()
 
     async def _print(self, argument: str) -> None:
         document = json.loads(self.run.snapshot().to_json())
@@ -228,16 +310,14 @@ class Stepper:
     async def _quit(self) -> int:
         run = self.run
         if not run.finished and self.journaled:
-            if run.state == States.SUSPEND_CHECK:
-                run.request_suspend()
-                await run.step()  # the boundary takes it: a clean `suspended`
-                self.say(f"suspended; {self.resume_hint}")
-            else:
-                self.say(
-                    f"stopped in {run.state}; every completed step is in the journal:"
-                    f" {self.resume_hint}"
-                )
-            return 0
+            # as SIGTERM does in `fisk-sm run`: a model call is not started (or is cut), a
+            # running tool finishes, and the next boundary ends the run `suspended`
+            run.request_suspend(now=True)
+            await run.run()
+            self.say(f"{run.state}; {self.resume_hint}")
+            return 0 if run.state in (States.COMPLETED, States.SUSPENDED) else 1
+        if self.quitting and run.finished:
+            self.say(f"the run has ended in {run.state}; {self.resume_hint}")
         if not run.finished:
             self.say("aborted")
             return 1

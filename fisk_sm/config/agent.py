@@ -38,6 +38,12 @@ from fisk_sm.config.structure import (
     translate,
 )
 from fisk_sm.config.telemetry import TelemetryConfig
+from fisk_sm.config.thinking import (
+    Thinking,
+    resolve_thinking,
+    structure_thinking,
+    thinking_problem,
+)
 
 if TYPE_CHECKING:
     import cattrs
@@ -120,11 +126,10 @@ class Budget:
     max_output_tokens: int = attrs.field(default=0, validator=_non_negative)
 
 
-@attrs.frozen
-class Thinking:
-    """Extended-thinking settings."""
-
-    enabled: bool = False
+def _check_thinking(llm: LLMConfig, _attribute: object, value: Thinking) -> None:
+    problem = thinking_problem(llm.model, llm.budget.max_output_tokens, value)
+    if problem:
+        raise ConfigError("<config>", "thinking", problem)
 
 
 @attrs.frozen
@@ -135,16 +140,26 @@ class LLMConfig:
     provider: str = attrs.field(default="anthropic", validator=_check_provider)
     base_url: str | None = attrs.field(default=None, validator=_check_base_url_field)
     budget: Budget = Budget()
-    thinking: Thinking = Thinking()
+    thinking: Thinking = attrs.field(default=Thinking(), validator=_check_thinking)
     #: Send no prompt-cache breakpoints (they are on by default: the biggest cost lever).
     no_prompt_cache: bool = False
 
     @property
+    def resolved_thinking(self) -> Thinking:
+        """The thinking sent: off, adaptive or a budget; "on" takes the model table's form."""
+        return resolve_thinking(self.model, self.thinking)
+
+    @property
     def output_cap(self) -> int:
-        """``max_output_tokens`` if set, else 16384 with thinking enabled, else 8192."""
+        """``max_output_tokens`` if set, else 8192 without thinking, 16384 with adaptive
+        thinking, and with a budget that budget plus 8192 (at least 16384): the API counts the
+        thinking in ``max_tokens``, which must be above ``budget_tokens``."""
         if self.budget.max_output_tokens > 0:
             return self.budget.max_output_tokens
-        return 16384 if self.thinking.enabled else 8192
+        thinking = self.resolved_thinking
+        if thinking.mode == "budget":
+            return max(16384, thinking.budget_tokens + 8192)
+        return 16384 if thinking.enabled else 8192
 
 
 class ToolLimits(TypedDict):
@@ -262,9 +277,11 @@ _FIELD_HOOKS: FieldHooks = {
     RemoteHost: {"timeout": structure_timeout},
     McpServer: {"command": structure_argv, "timeout": structure_duration},
 }
-#: The tools, each a ToolSpec or an exec tool by its keys (`_structure_tool`).
+#: The tools, each a ToolSpec or an exec tool by its keys (`_structure_tool`); the thinking,
+#: a word or a mapping (`_structure_thinking`).
 _TYPE_HOOKS: Mapping[object, ConverterHook] = {
-    tuple[ToolSpec | ExecToolSpec, ...]: _structure_tools
+    tuple[ToolSpec | ExecToolSpec, ...]: _structure_tools,
+    Thinking: structure_thinking,
 }
 #: The converter, built by the first `parse_config`.
 _STRUCTURER = Structurer(_FIELD_HOOKS, _TYPE_HOOKS)

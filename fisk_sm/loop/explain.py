@@ -8,6 +8,10 @@ action can change what the guard reads (`action_effects`, derived from the table
 (`preview:` in the table: a tool run answers exactly the first pending call) has the guards that
 read only what it previews evaluated on the run as it will be. When the values known now settle
 the exit, `next` names it. Guards are pure, so evaluating them here changes nothing.
+
+At the confirm gate it also shows the gate's decision for the next call (`gate_view`, from the
+gate's own pure `Gate.decide`): ungated, gated by which tag and asked, a remembered `always`, or
+denied for want of an operator; waiting in `awaiting_approval`, what is being asked.
 """
 
 from __future__ import annotations
@@ -15,17 +19,33 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Protocol
 
 import attrs
 
 from fisk_sm.config.agent import Budget
 from fisk_sm.config.jsontypes import JSON
+from fisk_sm.config.states import States
 from fisk_sm.journal.snapshot import RunData, Usage
 from fisk_sm.machine.guards import GUARDS, Facts
 from fisk_sm.machine.table import Table, TransitionSpec
 from fisk_sm.operator.sanitize import sanitize
 
-__all__ = ["AFTER_ACTION", "PREVIEWS", "ExitView", "Explanation", "action_effects", "explain"]
+if TYPE_CHECKING:
+    from fisk_sm.loop.harness import Harness
+    from fisk_sm.tools.gate import GateDecision
+
+__all__ = [
+    "AFTER_ACTION",
+    "PREVIEWS",
+    "ExitView",
+    "Explanation",
+    "action_effects",
+    "explain",
+    "gate_asks",
+    "gate_decision_of",
+    "gate_view",
+]
 
 AFTER_ACTION = "decided after the action"
 
@@ -101,6 +121,8 @@ class Explanation:
     next: str | None
     pending: tuple[tuple[str, Mapping[str, JSON]], ...]
     usage: Usage
+    #: the gate's decision for the next call, or what a waiting approval asks (`gate_view`)
+    gate: str | None = None
 
     def __str__(self) -> str:
         lines = [f"state: {self.state} (iteration {self.iteration})"]
@@ -111,6 +133,8 @@ class Explanation:
             lines.append("exits (the first that holds wins):")
             lines += [f"  {view}" for view in self.exits]
             lines.append(f"next: {self.next or AFTER_ACTION}")
+        if self.gate:
+            lines.append(f"gate: {sanitize(self.gate, 400)}")
         if self.pending:
             lines.append("pending tool calls:")
             for name, arguments in self.pending:
@@ -143,9 +167,11 @@ def explain(
     state: str,
     table: Table,
     guards: Mapping[str, Callable[[Facts], bool]] | None = None,
+    gate: str | None = None,
 ) -> Explanation:
     """What stepping `run` from `state` will do, by `table` and its `guards` (the loop's by
-    default: a run passes its machine's); evaluates only pure guards."""
+    default: a run passes its machine's), with the `gate` line a run passes (`gate_view`);
+    evaluates only pure guards."""
     guards = guards or GUARDS
     spec = table.state(state)
     unknown = action_effects(table).get(spec.action or "", frozenset())
@@ -173,4 +199,47 @@ def explain(
         next=chosen,
         pending=pending,
         usage=data.usage,
+        gate=gate,
     )
+
+
+class _AtGate(Protocol):
+    """What the gate's preview reads of a run."""
+
+    state: str
+    data: RunData
+    harness: Harness
+
+
+def gate_decision_of(run: _AtGate) -> GateDecision | None:
+    """The gate's decision for the first pending call when `run` is in `gate` and will screen
+    it (as `check_gate` does: a known tool, not interrupted, not rejected); else None."""
+    data, harness = run.data, run.harness
+    if run.state != States.GATE or not data.pending:
+        return None
+    call = data.pending[0]
+    tool = harness.tools.tools.get(call.name)
+    if tool is None or call.id in data.interrupted:
+        return None
+    if harness.tools.rejection(call.name, call.input) is not None:
+        return None
+    return harness.gate.decide(tool, data.allowed)
+
+
+def gate_asks(run: _AtGate) -> bool:
+    """Whether the next step (in `gate`) puts the first pending call to the operator."""
+    decision = gate_decision_of(run)
+    return decision is not None and decision.asks
+
+
+def gate_view(run: _AtGate) -> str | None:
+    """The gate line of `explain()`: its decision for the next call in `gate`; in
+    `awaiting_approval`, the call the operator is asked about; else None."""
+    if run.state == States.AWAITING_APPROVAL and run.data.approval is not None:
+        pending = run.data.approval
+        return (
+            f"{pending.name} is gated by {pending.tag}: awaiting the operator's answer"
+            f" ({pending.tool_use_id})"
+        )
+    decision = gate_decision_of(run)
+    return None if decision is None else str(decision)

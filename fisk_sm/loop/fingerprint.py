@@ -38,7 +38,9 @@ def fingerprint(harness: Harness) -> JSONObject:
         "model": llm.model,
         "system_hash": digest(list(harness.system)),
         "tools_hash": digest(list(harness.tool_definitions)),
-        "thinking": "adaptive" if llm.thinking.enabled else "off",
+        # "off" and "adaptive" as before the model table (today's sessions keep resuming);
+        # a budget as "budget_tokens=N".
+        "thinking": llm.resolved_thinking.label,
         "max_tokens": llm.budget.max_tokens,
         "max_iterations": llm.budget.max_iterations,
     }

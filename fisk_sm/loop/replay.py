@@ -6,15 +6,21 @@ must equal the recorded one up to that call (content only: the `cache_control` k
 caching adds to copies are ignored), and the model, the system prompt, the tool set and the
 thinking mode must match the recording's fingerprint (hashed by `fisk_sm.loop.fingerprint`). A
 request that departs raises `ReplayDiverged`, a `ModelError`, so the run ends `failed` with one
-line naming the iteration (0 for the first request) and what differed::
+line naming the iteration (0 for the first request) and what differed; when the conversation
+differs, the line names the first differing journal record and `ReplayDiverged.diff` (kept as
+`ReplayModel.divergence`, printed by `fisk-sm run --replay`) is a unified diff of what the
+journal holds against what the replay sent (`fisk_sm.loop.replay_diff`)::
 
-    replay diverged at iteration 2: message 3 differs from the recording
+    replay diverged at iteration 1: message 2 differs from the recording at record 6
+    (tool_result of mark, toolu_01)
 
 `recorded_tools(records, tools)` turns tools into ones that answer from the journal instead of
 running: a call gets the result recorded for its tool_use id, and a recorded `is_error` result
 comes back as `is_error` (the answer raises `ToolError` with the recorded text). `replay(config,
 records)` builds the whole replay run from agent.yaml: its tools, the ones in code and the
-built-ins all answer from the recording (unless `live_tools`).
+built-ins all answer from the recording (unless `live_tools`; the `ask_human_*` tools answer
+from it even then: they hold a person's answers, not code). The operator's approvals come from
+the journal too (`RecordedPrompter`): a replay never asks anyone again.
 """
 
 from __future__ import annotations
@@ -29,20 +35,45 @@ import attrs
 from fisk_sm.config.agent import AgentConfig
 from fisk_sm.config.jsontypes import JSONObject
 from fisk_sm.journal.fold import fold
-from fisk_sm.journal.records import Assistant, Meta, Record, ToolResult, ToolStarted
+from fisk_sm.journal.records import (
+    ApprovalAnswered,
+    ApprovalRequested,
+    Assistant,
+    Meta,
+    Record,
+    ToolResult,
+    ToolStarted,
+)
 from fisk_sm.journal.snapshot import RunData, tool_uses
 from fisk_sm.loop.fingerprint import digest
 from fisk_sm.loop.harness import Harness, RunOptions
+from fisk_sm.loop.replay_diff import Divergence, first_difference
 from fisk_sm.loop.run import Run, new_run_id
 from fisk_sm.model.anthropic import ModelError, ModelRequest
 from fisk_sm.model.blocks import message_of
+from fisk_sm.operator.prompter import Approval, ApprovalRequest, PromptError
 from fisk_sm.tools.base import Tool, ToolBox, ToolError
 
-__all__ = ["ReplayDiverged", "ReplayModel", "recorded_tools", "replay"]
+__all__ = [
+    "RecordedPrompter",
+    "ReplayDiverged",
+    "ReplayModel",
+    "divergence_diff",
+    "recorded_tools",
+    "replay",
+]
+
+#: The built-in tools whose results are a person's answers: replayed from the journal always.
+HUMAN_TOOLS = frozenset({"ask_human_confirm", "ask_human_select", "ask_human_input"})
 
 
 class ReplayDiverged(ModelError):
-    """A replayed run sent a request the recording does not have; the message says where."""
+    """A replayed run sent a request the recording does not have; the message says where, and
+    `diff` (empty unless the conversation differs) shows how."""
+
+    def __init__(self, message: str, diff: str = "") -> None:
+        super().__init__(message)
+        self.diff = diff
 
 
 def _plain(value: object) -> object:
@@ -77,6 +108,8 @@ class ReplayModel:
     starts: tuple[int, ...]
     #: How many requests it has been sent: the next request's iteration.
     calls: int = 0
+    #: The first divergence in the conversation, once a request departed there.
+    divergence: Divergence | None = None
 
     @classmethod
     def from_records(cls, records: Iterable[Record]) -> ReplayModel:
@@ -92,7 +125,8 @@ class ReplayModel:
         self.calls += 1
         problem = self.difference(iteration, request)
         if problem is not None:
-            raise ReplayDiverged(f"replay diverged at iteration {iteration}: {problem}")
+            diff = self.divergence.diff if self.divergence is not None else ""
+            raise ReplayDiverged(f"replay diverged at iteration {iteration}: {problem}", diff)
         turn = self.turns[iteration]
         usage = turn.usage
         return {
@@ -120,18 +154,24 @@ class ReplayModel:
             return "the system prompt differs from the recording"
         if digest(_plain_list(request.tools)) != saved.get("tools_hash"):
             return "the tool set differs from the recording"
-        if ("adaptive" if request.thinking else "off") != saved.get("thinking"):
+        if request.thinking_label != saved.get("thinking"):  # "off", "adaptive", a budget
             return "the thinking mode differs from the recording"
         if iteration >= len(self.turns):
             return f"the recording ends after {len(self.turns)} model call(s)"
-        recorded = fold(self.records[: self.starts[iteration]]).messages
+        recorded = _plain_list(
+            m.to_json() for m in fold(self.records[: self.starts[iteration]]).messages
+        )
         sent = _plain_list([m.to_json() for m in request.messages])
-        for index, (mine, theirs) in enumerate(zip(sent, recorded, strict=False)):
-            if mine != _plain(theirs.to_json()):
-                return f"message {index} differs from the recording"
-        if len(sent) != len(recorded):
-            return f"the conversation has {len(sent)} messages, the recording {len(recorded)}"
-        return None
+        found = first_difference(self.records, recorded, sent)
+        if found is None:
+            return None
+        self.divergence = self.divergence or found
+        if found.message >= min(len(sent), len(recorded)):
+            return (
+                f"the conversation has {len(sent)} messages, the recording {len(recorded)}"
+                f" ({found.record})"
+            )
+        return found.describe()
 
 
 def _same_system(system: list[object], saved_hash: object) -> bool:
@@ -212,6 +252,69 @@ def recorded_tools(records: Iterable[Record], tools: Iterable[Tool]) -> list[Too
     return [attrs.evolve(t, fn=answers.answerer(t.name)) for t in tools]
 
 
+class RecordedPrompter:
+    """The operator of a replay: it answers each gated call with the answer the journal holds
+    (`approval_requested`, then its `approval_answered`), in the recorded order, and asks nobody.
+
+    A call the recording never put to the operator, or one with other input, is refused with a
+    reason naming it (the gate denies it), so the replay departs at its next request and the
+    divergence shows the difference. A recorded denial whose prompt failed keeps its reason.
+    Questions other than approvals (a crash-interrupted call) get no answer.
+    """
+
+    def __init__(self, records: Iterable[Record]) -> None:
+        asked: dict[str, ApprovalRequested] = {}
+        answered: dict[str, ApprovalAnswered] = {}
+        for record in records:
+            if isinstance(record, ApprovalRequested):
+                asked.setdefault(record.tool_use_id, record)  # asked again after a resume
+            elif isinstance(record, ApprovalAnswered):
+                answered[record.tool_use_id] = record
+        self.approvals = deque(
+            (request, answered[use_id]) for use_id, request in asked.items() if use_id in answered
+        )
+
+    @property
+    def available(self) -> bool:
+        """Always: the recording answers."""
+        return True
+
+    async def approve(self, request: ApprovalRequest) -> Approval:
+        """The recorded answer to the next recorded approval, if `request` is that call."""
+        if not self.approvals:
+            raise PromptError(f"replay: the recording has no further approval of {request.tool}")
+        asked, answer = self.approvals.popleft()
+        if asked.name != request.tool or _plain(asked.input) != _plain(dict(request.arguments)):
+            raise PromptError(
+                f"replay: the recorded approval ({asked.name}, {asked.tool_use_id}) was for"
+                " another call"
+            )
+        if answer.answer == Approval.NO.value and answer.reason:
+            raise PromptError(answer.reason)  # the gate journals it as the same denial
+        return Approval(answer.answer)
+
+    async def confirm(self, question: str) -> bool:
+        """No answer: a replay asks nobody."""
+        raise PromptError("a replay asks nobody")
+
+    async def select(self, question: str, options: Sequence[str]) -> int | None:
+        """No answer: a replay asks nobody."""
+        raise PromptError("a replay asks nobody")
+
+    async def ask(self, question: str, default: str | None) -> str | None:
+        """No answer: a replay asks nobody."""
+        raise PromptError("a replay asks nobody")
+
+
+def divergence_diff(run: Run) -> str:
+    """The unified diff of where replayed `run` departed from its recording ("" if it did not,
+    or not in its conversation)."""
+    model = run.harness.model
+    if isinstance(model, ReplayModel) and model.divergence is not None:
+        return model.divergence.diff
+    return ""
+
+
 def replay(
     config: AgentConfig,
     records: Sequence[Record],
@@ -223,14 +326,19 @@ def replay(
 
     Every tool the harness builds (agent.yaml's, `options.tools`, the built-ins) answers from
     the recording, unless `live_tools`, which runs them again. `options.model` is replaced by
-    the replay; the rest of `options` is used as given (its journal, by default in memory, gets
-    the replay's records, not the recording's). The confirm gate still asks `options.prompter`
-    about a gated call before its recorded answer: a decision other than the recorded one
-    shows as a divergence at the next request.
+    the replay, and so is `options.prompter`: the gate gets the journaled approvals
+    (`RecordedPrompter`), and the `ask_human_*` tools their recorded results, even with
+    `live_tools`. The rest of `options` is used as given (its journal, by default in memory,
+    gets the replay's records, not the recording's).
     """
     meta = _meta(records)
     model = ReplayModel.from_records(records)
-    harness = Harness.build(config, attrs.evolve(options or RunOptions(), model=model))
-    if not live_tools:
-        harness.tools = ToolBox.of(recorded_tools(records, harness.tools.tools.values()))
+    prompter = RecordedPrompter(records)
+    given = options or RunOptions()
+    harness = Harness.build(config, attrs.evolve(given, model=model, prompter=prompter))
+    tools = list(harness.tools.tools.values())
+    recorded = {t.name for t in tools if not live_tools or t.name in HUMAN_TOOLS}
+    if recorded:
+        answered = iter(recorded_tools(records, [t for t in tools if t.name in recorded]))
+        harness.tools = ToolBox.of(next(answered) if t.name in recorded else t for t in tools)
     return Run(RunData.begin(new_run_id(), meta.prompt), harness)

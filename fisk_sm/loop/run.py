@@ -300,22 +300,31 @@ class Run:
         *states: str,
         tool: str | Iterable[str] | None = None,
         iteration: int | Iterable[int] | None = None,
+        approval: bool | str | Iterable[str] | None = None,
+        any_of: Iterable[Stops | dict[str, object]] = (),
     ) -> str:
-        """Step until the run enters one of `states`, is in `execute` about to run `tool`, or
-        reaches `iteration` (or ends); returns the state reached. It steps at least once;
-        `tool` and `iteration` may each be one value or several. See `fisk_sm.loop.stops`."""
+        """Step until the run enters one of `states`, is in `execute` about to run `tool`,
+        reaches `iteration`, or is about to ask the operator to approve a call (of any gated
+        tool with `approval=True`, or of the tools named), all that are given holding (AND);
+        or until any of the alternatives `any_of` holds (OR; each a `Stops` or a dict of these
+        keywords). It steps at least once; a name not in the table or the run's tools is a
+        ValueError with a "did you mean". Returns the state reached. See `fisk_sm.loop.stops`."""
         from fisk_sm.loop.stops import Stops
 
-        await self.run_to(Stops.of(states, tool, iteration))
+        await self.run_to(Stops.of(states, tool, iteration, approval, any_of))
         return self.state
 
     async def run_to(self, stops: Stops) -> str | None:
         """Step at least once, until one of `stops` (or the end); returns why it stopped
-        (`state execute`, `tool add`, `iteration 3`), None if the run ended first."""
+        (`state execute`, `tool add`, `iteration 3`), None if the run ended first. ValueError
+        (before any step) for a state or tool that neither the table nor the run has."""
+        from fisk_sm.loop.explain import gate_asks
+
+        stops.check([s.name for s in self.machine.table.states], self.harness.tools.tools)
         while not self.finished:
             before = self.data.iteration
             await self._advance()
-            reason = stops.hit(self.state, self.data, before)
+            reason = stops.hit(self.state, self.data, before, lambda _data: gate_asks(self))
             if reason is not None:
                 return reason
         return None
@@ -324,9 +333,10 @@ class Run:
         """What the next `step()` will do: the action, each exit with its guard's value now
         (or "decided after the action"), the pending tool calls and usage by tier. `str()` of
         it is a readable report."""
-        from fisk_sm.loop.explain import explain
+        from fisk_sm.loop.explain import explain, gate_view
 
-        return explain(self, self.state, self.machine.table, self.machine.guards)
+        table, guards = self.machine.table, self.machine.guards
+        return explain(self, self.state, table, guards, gate=gate_view(self))
 
     def snapshot(self) -> Snapshot:
         """A frozen copy of the state and the resumable data; JSON-ready (`to_json`)."""

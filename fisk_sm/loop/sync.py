@@ -48,9 +48,10 @@ def _loop_running() -> bool:
 
 
 class SyncRun:
-    """Blocking `step()`/`run()`/`run_until()` over a `Run`: `(Pdb) r.step()`.
+    """Blocking `step()`/`run()`/`run_until()` over a `Run`: `(Pdb) debugger.step()`.
 
-    Anything else is the run's own attribute (`r.state`, `r.data`, `r.explain()`).
+    Anything else is the run's own attribute (`debugger.state`, `debugger.explain()`). At a pdb
+    prompt, name it after no pdb command: `r` is pdb's `return`, `run` its restart.
     """
 
     def __init__(self, run: Run) -> None:
@@ -114,9 +115,15 @@ class SyncRun:
         *states: str,
         tool: str | Iterable[str] | None = None,
         iteration: int | Iterable[int] | None = None,
+        approval: bool | str | Iterable[str] | None = None,
+        any_of: Iterable[Stops | dict[str, object]] = (),
     ) -> str:
-        """Until one of `states`, a tool about to run or an iteration reached (`Run.run_until`)."""
-        return self._call(lambda: self.run_.run_until(*states, tool=tool, iteration=iteration))
+        """Until the conditions given all hold, or any of `any_of` does (`Run.run_until`)."""
+        return self._call(
+            lambda: self.run_.run_until(
+                *states, tool=tool, iteration=iteration, approval=approval, any_of=any_of
+            )
+        )
 
     def run_to(self, stops: Stops) -> str | None:
         """Until `stops` (`Run.run_to`): returns why it stopped, None at the end."""

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import attrs
 
 from fisk_sm.config.agent import LLMConfig
+from fisk_sm.config.thinking import Thinking
 from fisk_sm.model.blocks import Message
 from fisk_sm.model.clients import ClientShare, acquire, client_key
 from fisk_sm.model.reply import ModelError, one_line, parse_reply
@@ -48,6 +49,16 @@ class ModelRequest:
     thinking: dict[str, Any] | None = None
     #: The prompt-cache TTL ("5m" or "1h"), or None to send no cache breakpoints.
     cache_ttl: str | None = None
+
+    @property
+    def thinking_label(self) -> str:
+        """The thinking sent, as the fingerprint records it (`Thinking.label`): "off",
+        "adaptive" or "budget_tokens=N"."""
+        if not self.thinking:
+            return "off"
+        if self.thinking.get("type") == "enabled":
+            return f"budget_tokens={self.thinking.get('budget_tokens')}"
+        return "adaptive"
 
     def params(self) -> dict[str, Any]:
         """Keyword arguments for `messages.create`.
@@ -113,12 +124,12 @@ def build_request(
     *,
     interactive: bool = False,
 ) -> ModelRequest:
-    """The request for the next call: output cap, adaptive thinking and the prompt cache.
+    """The request for the next call: output cap, thinking and the prompt cache.
 
     The cache lives 1h for an interactive run (an operator may take a while to answer) and 5m
     otherwise; `llm.no_prompt_cache` turns it off.
     """
-    thinking = {"type": "adaptive", "display": "summarized"} if llm.thinking.enabled else None
+    thinking = _thinking_param(llm.resolved_thinking)
     ttl = None if llm.no_prompt_cache else ("1h" if interactive else "5m")
     return ModelRequest(
         model=llm.model,
@@ -129,6 +140,27 @@ def build_request(
         thinking=thinking,
         cache_ttl=ttl,
     )
+
+
+def _thinking_param(thinking: Thinking) -> dict[str, Any] | None:
+    """The request's `thinking`: adaptive (summarized), a budget, or none."""
+    if not thinking.enabled:
+        return None
+    if thinking.mode == "budget":
+        return {"type": "enabled", "budget_tokens": thinking.budget_tokens}
+    return {"type": "adaptive", "display": "summarized"}
+
+
+def _thinking_refused(request: ModelRequest, exc: anthropic.APIStatusError) -> str | None:
+    """The one line for a 400 the thinking setting caused (its message names thinking or the
+    budget), or None: a 400 about anything else is not blamed on the setting."""
+    if exc.status_code != 400 or not request.thinking:
+        return None
+    reason = _reason(exc)
+    if "thinking" not in reason.lower() and "budget_tokens" not in reason:
+        return None
+    form = request.thinking_label
+    return f"llm.thinking: model {request.model} refused {form} thinking (400: {reason})"
 
 
 class ModelClient(Protocol):
@@ -176,10 +208,10 @@ class AnthropicModel:
         except TimeoutError:
             raise ModelError(f"llm call: timed out after {deadline:g}s") from None
         except anthropic.APIStatusError as exc:
-            hint = ""
-            if exc.status_code == 400 and request.thinking:
-                hint = " (thinking is enabled: check that the model supports adaptive thinking)"
-            raise ModelError(f"llm call: HTTP {exc.status_code}: {_reason(exc)}{hint}") from None
+            refused = _thinking_refused(request, exc)
+            if refused is not None:
+                raise ModelError(refused) from None
+            raise ModelError(f"llm call: HTTP {exc.status_code}: {_reason(exc)}") from None
         except anthropic.APIError as exc:
             raise ModelError(f"llm call: {one_line(str(exc))}") from None
         return parse_reply(body)

@@ -169,7 +169,7 @@ _RESPONSES: dict[str, Any] = {
         413: "the body is larger than the limit",
         415: "the body is not application/json",
         421: "the Host header is not one this supervisor answers to",
-        501: "Graphviz (pygraphviz) is not installed",
+        501: "the shipped SVG is not of the table in use, and pygraphviz is not installed",
     }.items()
 }
 _RESPONSES["E405"]["headers"] = {

@@ -23,7 +23,7 @@ from fisk_sm.config.limits import MAX_IMAGE, MAX_OUTPUT, byte_limit_problem, tim
 from fisk_sm.config.names import CRASH_POLICIES
 from fisk_sm.config.text import scrub, scrub_json
 from fisk_sm.tools.output import cap_blocks, cap_text, image_problem
-from fisk_sm.tools.schema import schema_for
+from fisk_sm.tools.schema import InputError, derive
 from fisk_sm.tools.worker import call_in_thread
 
 __all__ = [
@@ -91,6 +91,11 @@ class Tool:
     timeout: float | None = attrs.field(default=None, validator=_check_limit)
     max_output: int | None = attrs.field(default=MAX_OUTPUT, validator=_check_limit)
     max_image: int = attrs.field(default=MAX_IMAGE, validator=_check_limit)
+    #: For a tool made from a signature: checks the model's input against it and returns the
+    #: arguments converted to the function's types, or raises `InputError` naming the field.
+    check: Callable[[Mapping[str, Any]], dict[str, Any]] | None = attrs.field(
+        default=None, eq=False, repr=False
+    )
 
     @property
     def definition(self) -> dict[str, Any]:
@@ -155,7 +160,7 @@ def tool(
         raise ValueError(f"crash_policy must be one of {', '.join(CRASH_POLICIES)}")
 
     def wrap(f: Callable[..., Any]) -> Tool:
-        derived_description, derived_schema = schema_for(f)
+        derived_description, derived_schema, check = derive(f)
         return Tool(
             name=name or f.__name__,
             description=description or derived_description or f.__name__,
@@ -166,6 +171,8 @@ def tool(
             timeout=timeout,
             max_output=max_output,
             max_image=max_image,
+            # A schema given by hand is the caller's: the signature's check might contradict it.
+            check=None if input_schema else check,
         )
 
     if max_output is None:
@@ -274,6 +281,12 @@ class ToolBox:
         missing = [p for p in t.required if p not in arguments]
         if missing:
             return Outcome(_missing_message(t, missing), is_error=True, warning="missing_required")
+        if t.check is not None:
+            try:
+                t.check(arguments)
+            except InputError as exc:
+                text = f"tool {name!r} input is invalid: {exc}"
+                return Outcome(text, is_error=True, warning="bad_input")
         return None
 
     async def invoke(self, name: str, arguments: Mapping[str, Any]) -> Outcome:
@@ -295,8 +308,10 @@ class ToolBox:
         return _capped(outcome, t)
 
     async def _call(self, name: str, arguments: Mapping[str, Any]) -> Outcome:
-        fn = self.tools[name].fn
+        fn, check = self.tools[name].fn, self.tools[name].check
         try:
+            if check is not None:  # passed `rejection`: now converted to the function's types
+                arguments = check(arguments)
             if inspect.iscoroutinefunction(fn):
                 value = await fn(**arguments)
             else:

@@ -48,7 +48,15 @@ from fisk_sm.operator.prompter import (
 from fisk_sm.operator.sanitize import sanitize, strip_control
 from fisk_sm.tools.base import Outcome, Tool
 
-__all__ = ["CONFIRM_TAG", "NO_OPERATOR_REASON", "Audit", "Gate", "denial"]
+__all__ = [
+    "CONFIRM_TAG",
+    "NO_OPERATOR_REASON",
+    "Audit",
+    "Gate",
+    "GateDecision",
+    "denial",
+    "gate_decision",
+]
 
 CONFIRM_TAG = "ai:confirm"
 DISPLAY_LIMIT = 2000
@@ -86,6 +94,45 @@ def _display(tool: Tool, arguments: Mapping[str, Any]) -> str:
         line = f"{tool.name} {json.dumps(dict(arguments), ensure_ascii=False, default=str)}"
     shown = sanitize(line, limit=DISPLAY_LIMIT)
     return shown + ALTERED if strip_control(line) != line else shown
+
+
+@attrs.frozen
+class GateDecision:
+    """What the gate will do with a call of `tool`: `verdict` is `ungated` (it runs),
+    `remembered` (an `always` given earlier in the run: it runs), `ask` (the operator is
+    asked) or `no operator` (denied: nobody to ask); `tag` is the tag that gates it."""
+
+    tool: str
+    tag: str | None
+    verdict: str
+
+    @property
+    def asks(self) -> bool:
+        """Whether the operator will be asked."""
+        return self.verdict == "ask"
+
+    def __str__(self) -> str:
+        if self.tag is None:
+            return f"{self.tool} is ungated: it runs"
+        said = {
+            "remembered": "an earlier `always` is remembered: it runs",
+            "ask": "the operator will be asked",
+            "no operator": "nobody to ask: it is denied",
+        }[self.verdict]
+        return f"{self.tool} is gated by {self.tag}: {said}"
+
+
+def gate_decision(
+    name: str, tag: str | None, allowed: Collection[str], available: bool
+) -> GateDecision:
+    """The gate's decision for a call of tool `name` gated by `tag` (None: ungated), given the
+    tools answered `always` (`allowed`) and whether an operator is `available`. Pure: the gate
+    acts on it (`Gate.screen`) and `explain()` shows it before the step."""
+    if tag is None:
+        return GateDecision(name, None, "ungated")
+    if name in allowed:
+        return GateDecision(name, tag, "remembered")
+    return GateDecision(name, tag, "ask" if available else "no operator")
 
 
 @attrs.frozen
@@ -145,6 +192,10 @@ class Gate:
         carried = {tag for t in tools if t.kind != "remote" for tag in t.tags}
         return [tag for tag in self.confirm_tags if tag not in carried]
 
+    def decide(self, tool: Tool, allowed: Collection[str] = ()) -> GateDecision:
+        """What `screen` will decide for a call of `tool` (`gate_decision`); asks nothing."""
+        return gate_decision(tool.name, self.gated_tag(tool), allowed, self.prompter.available)
+
     def screen(
         self,
         tool: Tool,
@@ -155,14 +206,15 @@ class Gate:
         """None if the call may run now (ungated, or its tool is in `allowed`: answered
         "always" earlier in the run); the denial reason if it may not and nobody can be asked;
         else the `ApprovalRequest` to put to the operator (reported as asked)."""
-        tag = self.gated_tag(tool)
+        decision = self.decide(tool, allowed)
+        tag = decision.tag
         if tag is None:
             return None
         report = _reporter(audit, tool.name, arguments, tag)
-        if tool.name in allowed:
+        if decision.verdict == "remembered":
             report(ApprovalGranted, answer="remembered")
             return None
-        if not self.prompter.available:
+        if decision.verdict == "no operator":
             report(ApprovalDenied, reason=NO_OPERATOR_REASON)
             return NO_OPERATOR_REASON
         report(ApprovalAsked)

@@ -52,7 +52,14 @@ from collections.abc import Callable, MutableMapping
 from pathlib import Path
 
 from fisk_sm.tools import reaper_guard
-from fisk_sm.tools.reaper_guard import COOKIE_NAME, cookies, pids, proc_stat, sigkill
+from fisk_sm.tools.reaper_guard import (
+    COOKIE_NAME,
+    SETTLE_WITHIN,
+    pids,
+    proc_stat,
+    settled_cookies,
+    sigkill,
+)
 
 __all__ = ["CGROUP_SWITCH", "COOKIE_NAME", "Containment", "enable_subreaper"]
 
@@ -288,9 +295,12 @@ class Containment:
     def _kill_carriers(self, killed: dict[int, int]) -> None:
         token = self.cookie.encode()
         tried = dict(killed)  # pid -> start time of those already signalled
-        for _ in range(MAX_ROUNDS):
+        rounds = MAX_ROUNDS
+        settle_by = time.monotonic() + SETTLE_WITHIN
+        while rounds > 0:
             table = {pid: seen for pid in pids() if (seen := proc_stat(pid)) is not None}
-            found = {pid for pid in table if token in cookies(pid)}
+            marks = {pid: settled_cookies(pid) for pid, seen in table.items() if not seen.dead}
+            found = {pid for pid, held in marks.items() if held is not None and token in held}
             # Descendants by parent pid, so a child that replaced its environment goes too.
             children: dict[int, list[int]] = {}
             for pid, seen in table.items():
@@ -302,13 +312,23 @@ class Containment:
                         found.add(child)
                         stack.append(child)
             new = [p for p in found if tried.get(p) != table[p].start and not table[p].dead]
+            # A process in the middle of an exec cannot be told yet: a carrier (it is one until
+            # the exec ends) outside the cgroup whose parent is dead would be missed; so the
+            # scan ends only when every live process could be told.
+            unsettled = any(held is None and p not in found for p, held in marks.items())
             if not new:
-                return
+                if not unsettled or time.monotonic() > settle_by:
+                    return
+                time.sleep(_POLL)
+                continue
+            rounds -= 1
             for pid in new:
-                start = tried[pid] = table[pid].start
-                # One found by parent only is checked by start time (it has no cookie).
-                if sigkill(pid, start, token if token in cookies(pid) else None):
-                    killed[pid] = start
+                start, held = table[pid].start, marks.get(pid)
+                # One found by parent only is checked by start time (it has no cookie). A
+                # carrier not killed (it began an exec since it was read) is not marked tried:
+                # the next round looks at it again.
+                if sigkill(pid, start, token if held and token in held else None):
+                    killed[pid] = tried[pid] = start
 
     def _reap(self, killed: dict[int, int]) -> None:
         """Wait until each killed process is gone, reaping those re-parented to us; then reap

@@ -25,13 +25,29 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-__all__ = ["COOKIE_NAME", "Seen", "cookies", "kill_carriers", "pids", "proc_stat", "sigkill"]
+__all__ = [
+    "COOKIE_NAME",
+    "SETTLE_WITHIN",
+    "Seen",
+    "cookies",
+    "kill_carriers",
+    "pids",
+    "proc_stat",
+    "settled_cookies",
+    "sigkill",
+]
 
 #: The environment variable that marks a tool's processes.
 COOKIE_NAME = "FISK_SM_COOKIE"
 PROC = Path("/proc")
 #: Seconds the guard waits for a killed cgroup to empty before removing it.
 EMPTY_WITHIN = 5.0
+#: Seconds a scan waits for processes in the middle of an exec (`settled_cookies`) to be told.
+SETTLE_WITHIN = 5.0
+SETTLE_POLL = 0.005
+#: ``/proc/PID/stat`` fields after the command: the flags, and the environment's end address.
+_ENV_END = 48
+_PF_KTHREAD = 0x00200000
 
 
 class Seen(NamedTuple):
@@ -65,11 +81,40 @@ def cookies(pid: int) -> list[bytes]:
         environ = (PROC / str(pid) / "environ").read_bytes()
     except OSError:
         return []
+    return _cookies_in(environ)
+
+
+def _cookies_in(environ: bytes) -> list[bytes]:
     prefix = COOKIE_NAME.encode() + b"="
     for entry in environ.split(b"\0"):
         if entry.startswith(prefix):
             return entry[len(prefix) :].split(b":")
     return []
+
+
+def settled_cookies(pid: int) -> list[bytes] | None:
+    """`cookies`, or None while `pid`'s environment cannot be told: a live process in the
+    middle of an ``exec`` has a new address space whose environment is not set up yet (its
+    ``environ`` reads empty, and ``stat`` shows its end at 0), so it looks unmarked for an
+    instant, though it carried the cookie and will carry it again once the ``exec`` is done."""
+    try:
+        environ = (PROC / str(pid) / "environ").read_bytes()
+    except PermissionError:
+        return []  # not ours to read (nor to kill); its `stat` hides the addresses too
+    except OSError:
+        environ = b""  # gone, or our read raced the exec (ESRCH): `stat` tells which
+    if environ:
+        return _cookies_in(environ)
+    try:
+        fields = (PROC / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return []  # gone
+    if len(fields) <= _ENV_END or fields[0] in ("Z", "X") or int(fields[6]) & _PF_KTHREAD:
+        return []  # dead, a kernel thread (no environment ever), or a kernel too old to tell
+    if fields[_ENV_END] == "0":
+        return None  # its environment is not in place yet
+    # In place now (an empty environment, or the exec ended since the first read): read again.
+    return cookies(pid)
 
 
 def pids() -> Iterator[int]:
@@ -111,20 +156,31 @@ def sigkill(pid: int, start: int, cookie: bytes | None) -> bool:
 
 
 def kill_carriers(cookie: bytes, rounds: int = 50) -> int:
-    """SIGKILL every live carrier of `cookie`, scanning again until a scan finds none new;
-    how many were killed."""
+    """SIGKILL every live carrier of `cookie`, scanning again until a scan finds none new and
+    none in the middle of an exec (`settled_cookies`); how many were killed."""
     tried: dict[int, int] = {}
-    for _ in range(rounds):
+    settle_by = time.monotonic() + SETTLE_WITHIN
+    while rounds > 0:
         new = 0
+        unsettled = False
         for pid in pids():
             seen = proc_stat(pid)
             if seen is None or seen.dead or tried.get(pid) == seen.start:
                 continue
-            if cookie in cookies(pid):
-                tried[pid] = seen.start
-                new += sigkill(pid, seen.start, cookie)
-        if not new:
-            break
+            marks = settled_cookies(pid)
+            unsettled |= marks is None
+            if marks is not None and cookie in marks:
+                if sigkill(pid, seen.start, cookie):
+                    tried[pid] = seen.start
+                    new += 1
+                else:
+                    unsettled = True  # it began an exec since: look again
+        if new:
+            rounds -= 1
+        elif not unsettled or time.monotonic() > settle_by:
+            break  # a scan found no carrier left, nor a process it could not tell
+        else:
+            time.sleep(SETTLE_POLL)
     return len(tried)
 
 
