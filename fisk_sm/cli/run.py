@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+from fisk_sm.cli.divergence import say_divergence
 from fisk_sm.cli.lineui import LineUI
 from fisk_sm.config.agent import AgentConfig, load_config
 from fisk_sm.config.states import States
@@ -31,7 +32,7 @@ from fisk_sm.journal import failpoint
 from fisk_sm.journal.filestore import FileStore, JournalIOError, check_run_id, default_directory
 from fisk_sm.journal.jetstream import JetStreamStore, connect_configured
 from fisk_sm.loop.harness import Harness, NoModel, RunOptions
-from fisk_sm.loop.replay import divergence_diff, replay
+from fisk_sm.loop.replay import replay
 from fisk_sm.loop.run import Run
 from fisk_sm.loop.sessions import resume_session, start_session
 from fisk_sm.model.clients import warm_up
@@ -252,8 +253,7 @@ async def _main(
     """Import remote tools (if any), build or resume the run, and drive it."""
     async with opened_run(args, config, events) as run:
         code = await _drive(run, args, journaled=early.journaled, signals=early.count)
-        for line in divergence_diff(run).splitlines():  # the replay's "failed:" line came first
-            _say(line)
+        say_divergence(run, _say)  # after the replay's "failed:" line
         return code
 
 

@@ -31,6 +31,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, TextIO
 
+from fisk_sm.cli.divergence import say_divergence
 from fisk_sm.cli.lineui import LineUI, transcript_lines
 from fisk_sm.cli.run import check_flags, opened_run, resume_hint
 from fisk_sm.cli.step_prompter import PROMPT, Reader, StepPrompter, parse_answer
@@ -108,6 +109,8 @@ class Stepper:
         self.points: dict[str, Stops] = {}
         self.read: Reader = _no_input
         self.quitting = False
+        #: whether the diff of a replay's divergence has been shown
+        self.told_divergence = False
         # The stepper is the run's operator: approvals come to it (`StepPrompter`).
         self.prompter = StepPrompter(run.harness.gate.prompter, self)
         run.harness.gate.prompter = self.prompter
@@ -171,6 +174,8 @@ class Stepper:
         if self.run.finished:
             outcome = f": {self.run.outcome}" if self.run.outcome else ""
             self.say(f"the run has ended in {self.run.state}{outcome}; q quits")
+            if not self.told_divergence:  # a replay that departed: where, once
+                self.told_divergence = say_divergence(self.run, self.say)
         return self.run.finished
 
     async def _step(self, argument: str) -> None:

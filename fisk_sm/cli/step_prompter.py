@@ -49,6 +49,9 @@ class StepPrompter:
     advance by `approve`, else asked on the stepper's own input); anything else is asked by
     the prompter it replaces."""
 
+    #: who answers: the operator stepping the run (`fisk-sm step`)
+    name = "stepper"
+
     def __init__(self, inner: Prompter, stepper: Operator) -> None:
         self.inner = inner
         self.stepper = stepper

@@ -70,11 +70,21 @@ def _optional_str(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
+def _optional_int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
 # (field, coercion, required) in declaration order, as cattrs structures them; Assistant's
 # usage tiers are top-level keys on disk, structured where its last field, `usage`, would be.
 _Field = tuple[str, Any, bool]
 _TIER_FIELDS: tuple[_Field, ...] = tuple((tier, int, False) for tier in _TIERS)
-_COERCE: dict[Any, Any] = {int: int, str: str, bool: bool, str | None: _optional_str}
+_COERCE: dict[Any, Any] = {
+    int: int,
+    str: str,
+    bool: bool,
+    str | None: _optional_str,
+    int | None: _optional_int,
+}
 _FIELDS: dict[type, tuple[_Field, ...]] = {
     cls: tuple(
         (f.name, _COERCE.get(f.type, _mapping), f.default is attrs.NOTHING)
@@ -141,6 +151,7 @@ def _assistant(d: dict[str, Any]) -> Record | None:
     stop = d.get("stop_reason", 0)
     tokens_in, tokens_out = d.get("input_tokens", 0), d.get("output_tokens", 0)
     cache_read, cache_create = d.get("cache_read_tokens", 0), d.get("cache_create_tokens", 0)
+    latency = d.get("latency_ms")
     if (
         type(seq) is int
         and type(iteration) is int
@@ -150,10 +161,11 @@ def _assistant(d: dict[str, Any]) -> Record | None:
         and type(tokens_out) is int
         and type(cache_read) is int
         and type(cache_create) is int
-        and len(d) == 4 + len(d.keys() & _TIERS)
+        and (latency is None or type(latency) is int)
+        and len(d) == 4 + len(d.keys() & _TIERS) + ("latency_ms" in d)
     ):
         usage = Usage(tokens_in, tokens_out, cache_read, cache_create)
-        return Assistant(seq, iteration, message, stop, usage)
+        return Assistant(seq, iteration, message, stop, usage, latency)
     return None
 
 
@@ -167,15 +179,17 @@ def _tool_started(d: dict[str, Any]) -> Record | None:
 def _tool_result(d: dict[str, Any]) -> Record | None:
     seq, tool_use_id, result = d.get("seq"), d.get("tool_use_id"), d.get("result")
     is_error, kind = d.get("is_error", False), d.get("kind", "python")
+    duration = d.get("duration_ms")
     if (
         type(seq) is int
         and type(tool_use_id) is str
         and type(result) is dict
         and type(is_error) is bool
         and type(kind) is str
-        and len(d) == 3 + ("is_error" in d) + ("kind" in d)
+        and (duration is None or type(duration) is int)
+        and len(d) == 3 + ("is_error" in d) + ("kind" in d) + ("duration_ms" in d)
     ):
-        return ToolResult(seq, tool_use_id, result, is_error, kind)
+        return ToolResult(seq, tool_use_id, result, is_error, kind, duration)
     return None
 
 

@@ -97,6 +97,9 @@ class Assistant:
     message: JSONObject
     stop_reason: str | None
     usage: Usage = attrs.Factory(Usage)
+    #: The model call's wall time in milliseconds; written only when measured (journals written
+    #: before it was recorded have none). On disk it follows the token tiers.
+    latency_ms: int | None = None
 
 
 @attrs.frozen
@@ -117,6 +120,9 @@ class ToolResult:
     result: JSONObject
     is_error: bool = False
     kind: str = "python"
+    #: The tool's wall time in milliseconds from start to result; written only when measured
+    #: (a call answered without running, and older journals, have none).
+    duration_ms: int | None = None
 
 
 @attrs.frozen
@@ -141,6 +147,11 @@ class ApprovalAnswered:
     tool_use_id: str
     answer: str
     reason: str | None = None
+    #: Who answered (the prompter's `name`: "terminal", "stepper", "supervisor", ...) and when
+    #: (UTC, ISO 8601 like `Meta.created`); each written only when known, so older journals
+    #: and answers nobody gave (a failed prompt) keep their shape.
+    by: str | None = None
+    at: str | None = None
 
 
 @attrs.frozen
@@ -219,14 +230,20 @@ def _converter() -> cattrs.Converter:
     # A JSON object field (a message, a result, an input) is read as cattrs reads a
     # `dict[str, Any]`: any mapping, copied (a non-mapping fails on `.items()`).
     converter.register_structure_hook_func(_is_json_object, lambda value, _: dict(value.items()))
-    nested_out = make_dict_unstructure_fn(Assistant, converter)
+    # The optional timings and the approver are written only when known (see `_OPTIONAL`).
+    nested_out = make_dict_unstructure_fn(
+        Assistant, converter, latency_ms=override(omit_if_default=True)
+    )
     nested_in = make_dict_structure_fn(Assistant, converter, _cattrs_forbid_extra_keys=True)
 
     def flat_assistant(record: Assistant) -> JSONObject:
         data: JSONObject = nested_out(record)
         tiers = data.pop("usage")
-        if isinstance(tiers, dict):  # always: usage is the last field, the tiers keep their place
+        latency = data.pop("latency_ms", None)
+        if isinstance(tiers, dict):  # always: the tiers keep their place, the latency follows
             data.update(tiers)
+        if latency is not None:
+            data["latency_ms"] = latency
         return data
 
     def nested_assistant(data: JSONObject, cls: type[Assistant]) -> Assistant:
@@ -242,6 +259,19 @@ def _converter() -> cattrs.Converter:
     # `interactive` is written only for a chat: a one-shot meta is the line it always was.
     converter.register_unstructure_hook(
         Meta, make_dict_unstructure_fn(Meta, converter, interactive=override(omit_if_default=True))
+    )
+    converter.register_unstructure_hook(
+        ToolResult,
+        make_dict_unstructure_fn(ToolResult, converter, duration_ms=override(omit_if_default=True)),
+    )
+    converter.register_unstructure_hook(
+        ApprovalAnswered,
+        make_dict_unstructure_fn(
+            ApprovalAnswered,
+            converter,
+            by=override(omit_if_default=True),
+            at=override(omit_if_default=True),
+        ),
     )
     converter.register_structure_hook(Assistant, nested_assistant)
     configure_tagged_union(
@@ -266,6 +296,13 @@ else:
 
 
 _FIELD_NAMES = {cls: tuple(f.name for f in attrs.fields(cls)) for cls in _TAGS}
+#: Fields written only when not None: added after journals existed, so a record without them
+#: is the line it always was.
+_OPTIONAL: dict[type, tuple[str, ...]] = {
+    Assistant: ("latency_ms",),
+    ToolResult: ("duration_ms",),
+    ApprovalAnswered: ("by", "at"),
+}
 
 
 def _unstructure(record: Record) -> dict[str, object]:
@@ -275,8 +312,13 @@ def _unstructure(record: Record) -> dict[str, object]:
     data = {name: getattr(record, name) for name in _FIELD_NAMES[cls]}
     if cls is Assistant:
         usage = data.pop("usage")
+        latency = data.pop("latency_ms")
         for tier in _TIERS:
             data[tier] = getattr(usage, tier)
+        data["latency_ms"] = latency  # after the tiers, as the converter writes it
+    for name in _OPTIONAL.get(cls, ()):
+        if data[name] is None:
+            del data[name]
     if cls is Meta and not data["interactive"]:
         del data["interactive"]  # only a chat's meta has it: one-shot journals read as before
     data["type"] = _TAGS[cls]

@@ -7,6 +7,8 @@ the run's data; it never chooses the next state, which is the guards' job. Each 
 
 from __future__ import annotations
 
+import time
+import weakref
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Protocol
 
@@ -46,6 +48,10 @@ __all__ = ["ACTIONS", "INTERRUPTED", "Inbox", "InputSource", "Phase"]
 InputSource = Callable[[], Coroutine[object, object, str | None]]
 
 INTERRUPTED = "outcome unknown: the run stopped while this tool was running"
+
+#: Each run's last model call's wall time (ms), from `call_model` to the `journal_turn` that
+#: records it; held beside the run, not in its resumable data: a snapshot never carries it.
+_LATENCY: weakref.WeakKeyDictionary[object, int] = weakref.WeakKeyDictionary()
 
 
 class Inbox:
@@ -98,6 +104,8 @@ async def call_model(run: Phase) -> None:
     data = run.data
     data.iteration += 1
     data.error = None
+    _LATENCY.pop(run, None)
+    started = time.monotonic()
     try:
         reply = await run.in_flight.run(
             run.harness.model.create(run.harness.request(data.messages))
@@ -109,6 +117,7 @@ async def call_model(run: Phase) -> None:
     except ModelError as exc:
         data.error = str(exc)
         return
+    _LATENCY[run] = _elapsed_ms(started)
     data.llm_calls += 1
     data.last_usage = Usage.from_api(reply.get("usage"))
     data.usage = data.usage + data.last_usage
@@ -132,6 +141,7 @@ async def journal_turn(run: Phase) -> None:
         message=turn.to_json(),
         stop_reason=data.stop_reason,
         usage=data.last_usage,
+        latency_ms=_LATENCY.pop(run, None),
     )
     await run.harness.journal.append(record)
 
@@ -168,6 +178,7 @@ async def execute_tool(run: Phase) -> None:
     harness = run.harness
     call = data.pending[0]
     name, use_id, arguments = call.name, call.id, call.input
+    duration_ms: int | None = None  # measured only for a tool that ran
     data.tool_calls += 1
     known = harness.tools.tools.get(name)
     kind = known.kind if known is not None else "unknown"
@@ -193,7 +204,9 @@ async def execute_tool(run: Phase) -> None:
             agent=known.agent if known is not None else "",
         )
         harness.events.emit(called)
+        started = time.monotonic()
         outcome = await harness.tools.invoke(name, arguments)
+        duration_ms = _elapsed_ms(started)
         finished = ToolFinished(
             run_id=data.run_id,
             name=name,
@@ -210,6 +223,7 @@ async def execute_tool(run: Phase) -> None:
         result=result.to_json(),
         is_error=outcome.is_error,
         kind=kind,
+        duration_ms=duration_ms,
     )
     await harness.journal.append(record)
     data.results.append(result)
@@ -278,8 +292,16 @@ async def await_approval(run: Phase) -> None:
         answer, reason = await run.in_flight.run(harness.gate.ask(request, audit))
     except (CallCancelled, PromptCancelled):
         return
+    # A failed prompt (a reason) was answered by nobody: only an operator's answer has an author.
+    by = None if reason else _prompter_name(harness.gate.prompter)
+    at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     record = ApprovalAnswered(
-        seq=run.next_seq(), tool_use_id=use_id, answer=answer.value, reason=reason or None
+        seq=run.next_seq(),
+        tool_use_id=use_id,
+        answer=answer.value,
+        reason=reason or None,
+        by=by,
+        at=at,
     )
     await harness.journal.append(record)
     data.approval = None
@@ -287,6 +309,17 @@ async def await_approval(run: Phase) -> None:
         data.denials[use_id] = reason
     elif answer is Approval.ALWAYS and name not in data.allowed:
         data.allowed.append(name)
+
+
+def _elapsed_ms(started: float) -> int:
+    """Whole milliseconds since `started` (a `time.monotonic()` reading)."""
+    return int((time.monotonic() - started) * 1000)
+
+
+def _prompter_name(prompter: object) -> str | None:
+    """Who a prompter stands for (its `name`, e.g. "terminal"), None if it does not say."""
+    name = getattr(prompter, "name", None)
+    return name if isinstance(name, str) and name else None
 
 
 async def feed_back_results(run: Phase) -> None:

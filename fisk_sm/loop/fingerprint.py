@@ -46,14 +46,33 @@ def fingerprint(harness: Harness) -> JSONObject:
     }
 
 
-def _changes(saved: Mapping[str, object], current: Mapping[str, object]) -> list[str]:
+def _schemas_upgraded(saved: Mapping[str, object], harness: Harness) -> bool:
+    """Whether the saved tool digest is what the mapping before pydantic made of today's tools:
+    the same tools, only their schemas mapped anew (`fisk_sm.tools.schema_legacy`)."""
+    # here: only a resume whose tool digest differs needs the old mapping
+    from fisk_sm.tools.schema_legacy import legacy_definitions
+
+    legacy = legacy_definitions(harness.tools.tools.values())
+    try:
+        return legacy is not None and saved.get("tools_hash") == digest(legacy)
+    except (TypeError, ValueError):  # a default the old digest could not have written
+        return False
+
+
+def _changes(
+    saved: Mapping[str, object], current: Mapping[str, object], harness: Harness | None
+) -> list[str]:
     lines = []
     if saved.get("model") != current["model"]:
         lines.append(f"model: {saved.get('model')} -> {current['model']}")
     if saved.get("system_hash") != current["system_hash"]:
         lines.append("system prompt: changed")
     if saved.get("tools_hash") != current["tools_hash"]:
-        lines.append("tool set: changed")
+        if harness is not None and _schemas_upgraded(saved, harness):
+            note = "the tool schemas were upgraded since the session was saved; it sends the new"
+            harness.warnings = (*harness.warnings, ("tool_schemas_upgraded", "", note))
+        else:
+            lines.append("tool set: changed")
     for key, label in (
         ("thinking", "thinking"),
         ("max_tokens", "max_tokens"),
@@ -71,8 +90,13 @@ def check_resume(
     *,
     completed: bool,
     force: bool = False,
+    harness: Harness | None = None,
 ) -> None:
-    """Refuse a resume as the reference does: completed, provider change, then drift."""
+    """Refuse a resume as the reference does: completed, provider change, then drift.
+
+    Given the `harness` the run resumes on, a tool digest saved before the pydantic schema
+    mapping is no drift when the tools are the same (their schemas only mapped anew): the run
+    resumes with a `tool_schemas_upgraded` warning and sends today's schemas."""
     if completed:
         raise ResumeRefused(f'session "{run_id}" has already completed and cannot be resumed')
     if saved.get("provider") != current["provider"]:
@@ -81,7 +105,7 @@ def check_resume(
             f' but the current configuration uses "{current["provider"]}"; a run cannot change'
             " provider, and --force does not apply"
         )
-    changes = _changes(saved, current)
+    changes = _changes(saved, current, harness)
     if changes and not force:
         raise ResumeRefused(
             "\n".join(

@@ -119,6 +119,7 @@ async def resume_session(
             fingerprint(harness),
             completed=snapshot.completed,
             force=force,
+            harness=harness,
         )
     except BaseException:
         await harness.aclose()

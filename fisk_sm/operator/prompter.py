@@ -72,7 +72,9 @@ class PromptCancelled(PromptError):
 class Prompter(Protocol):
     """Someone who can be asked: approvals for gated tools and the `ask_human_*` questions.
 
-    Any method may raise `PromptError`. Callers check `available` before asking.
+    Any method may raise `PromptError`. Callers check `available` before asking. A prompter
+    may say who it stands for in a `name` attribute ("terminal", "stepper", "supervisor", ...):
+    the journal records it as who answered an approval (`ApprovalAnswered.by`).
     """
 
     @property
@@ -104,6 +106,9 @@ NO_OPERATOR = "no interactive terminal is attached, so no operator could be aske
 class NoOperator:
     """Nobody to ask: `available` is False and every question raises `PromptError`."""
 
+    #: who answers: nobody (it answers nothing; named for completeness)
+    name = "nobody"
+
     @property
     def available(self) -> bool:
         return False
@@ -130,6 +135,9 @@ class ScriptedPrompter:
     A queued answer that is an exception instance is raised instead. A question with no answer
     left, or any question while `available` is False, fails with AssertionError.
     """
+
+    #: who answers: the script of queued answers
+    name = "script"
 
     def __init__(
         self,
@@ -215,6 +223,9 @@ class TerminalPrompter:
     Available only when both streams are TTYs. Every string shown goes through `sanitize`.
     Reading happens in a daemon thread; end of input raises `PromptError`.
     """
+
+    #: who answers: the operator at the terminal
+    name = "terminal"
 
     def __init__(self, stream_in: TextIO | None = None, stream_out: TextIO | None = None) -> None:
         self.stream_in = sys.stdin if stream_in is None else stream_in

@@ -156,6 +156,9 @@ class ApprovalDesk:
 class DeskPrompter:
     """A run's prompter: approvals go to the desk; nobody answers other questions."""
 
+    #: who answers: an operator through the supervisor (its API or dashboard)
+    name = "supervisor"
+
     def __init__(self, desk: ApprovalDesk, run_id: str) -> None:
         self.desk = desk
         self.run_id = run_id
