@@ -98,7 +98,10 @@ async def test_an_answer_is_journaled_between_the_request_and_the_tool(
     assert asked == ApprovalRequested(
         seq=3, run_id="once", tool_use_id="t1", name="rm", input={"path": "/a"}, tag="ai:confirm"
     )
-    assert answered == ApprovalAnswered(seq=4, tool_use_id="t1", answer="once")
+    assert isinstance(answered, ApprovalAnswered) and answered.at  # the time of the answer
+    assert answered == ApprovalAnswered(
+        seq=4, tool_use_id="t1", answer="once", by="script", at=answered.at
+    )
     assert RAN == ["/a"]
     assert session_path(records).states == ("suspend_check", *entered)
 

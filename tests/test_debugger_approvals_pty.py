@@ -207,8 +207,13 @@ def test_step_approve_replay_then_replay_changed_code_live(tmp_path: Path) -> No
     child = spawn(tmp_path, "step", *common, *live)
     try:
         child.expect_exact("(fisk-sm)")
+        child.sendline("approve once")
+        child.expect_exact("a replay answers approvals from its journal")
+        child.expect_exact("(fisk-sm)")
         child.sendline("c")
-        child.expect_exact("the run has ended in failed: replay diverged at iteration 1")
+        ended = "the run has ended in failed: replay diverged at iteration 1"
+        asked = child.expect_exact([ended, "approval: deploy"])
+        assert asked == 0, "the stepper asked the operator in a replay"  # before: it asked
         child.expect_exact("(fisk-sm)")
         shown = [line.rstrip("\r") for line in str(child.before).split("\n")]
         child.sendline("q")

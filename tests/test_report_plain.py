@@ -6,7 +6,8 @@ pygraphviz.
 without the `[svg]` extra; each test checks that it does. The session is recorded with the real
 CLI on a pseudo-terminal (the operator approves the gated `deploy` once) against the fake
 Messages API; the report is opened in headless Chromium (tests/browserkit.py), which finds the
-approval, the tool names, what the page says of durations, and the path marked on the shipped
+approval and who answered it when, the tool names with their durations, the model calls with
+their latency, and the path marked on the shipped
 SVG. A table other than the one the shipped SVG was drawn from is never marked on it: Graphviz
 draws it when installed, else the page shows the mermaid text and says why.
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -163,16 +165,19 @@ def test_report_without_pygraphviz_in_chromium(
             page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
             page.set_default_timeout(30_000)
             page.goto(out.as_uri(), wait_until="load")
-            # The approval: tool, input, answer, and what the journal does not hold.
+            # The approval: tool, input, answer, and who answered it (the terminal) when.
             row = page.locator("table.approvals tr.approval")
             assert row.count() == 1
             assert row.locator("td.tool").inner_text() == "deploy"
             assert json.loads(row.locator("pre").inner_text()) == {"target": "prod <eu>"}
             assert row.locator("td.answer").inner_text() == "once"
-            assert row.locator("td.unknown").inner_text() == "not journaled"
-            assert "does not record who answered" in page.locator("body").inner_text()
-            # The timeline: model calls with tokens, the tools by name; durations are not
-            # journaled, and the page says so instead of making them up.
+            who = row.locator("td.who").inner_text()
+            assert re.fullmatch(r"terminal at \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", who), who
+            assert row.locator("td.unknown").count() == 0
+            body = page.locator("body").inner_text()
+            assert "not journaled" not in body and "written before" not in body
+            # The timeline: model calls with tokens and latency, the tools by name with their
+            # durations, each as journaled by this run.
             names = page.locator("table.timeline td.name").all_inner_texts()
             assert names == [
                 "model call 1 (tool_use)", "deploy", "model call 2 (tool_use)", "look",
@@ -180,8 +185,9 @@ def test_report_without_pygraphviz_in_chromium(
             ]  # fmt: skip
             timeline = page.locator("table.timeline").inner_text()
             assert "asks for deploy" in timeline and "in 10 out 5" in timeline
-            assert page.locator("table.timeline td.unknown").count() == 5
-            assert "no latency or duration is shown" in page.locator("body").inner_text()
+            took = page.locator("table.timeline td.took").all_inner_texts()
+            assert len(took) == 5 and page.locator("table.timeline td.unknown").count() == 0
+            assert all(re.fullmatch(r"\d+ ms|\d+\.\d s", t) for t in took), took
             # The path, marked on the shipped SVG.
             svg = page.locator(".diagram svg")
             assert svg.count() == 1

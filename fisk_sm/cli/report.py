@@ -8,8 +8,9 @@ the transitions the run took (`fisk_sm.machine.path.session_path`, derived from 
 and the transcript, with thinking, tool calls and tool results folded in `<details>`.
 Everything read from the journal is HTML-escaped.
 
-The journal records no clock time but the session's creation, and not who answered an
-approval: the page says so where a reader would look for them, rather than guess. The page
+A journal written since the timings were recorded holds each model call's latency, each
+tool's duration and who answered each approval and when; an older one holds none of them, and
+the page says "not journaled" where a reader would look for them, rather than guess. The page
 holds the conversation, so its file is written 0600, an existing file tightened to it.
 """
 
@@ -145,6 +146,25 @@ def _path_view(path: SessionPath) -> str:
 _UNKNOWN = "<td class='unknown'>not journaled</td>"
 
 
+def _known(value: str | None, css: str) -> str:
+    """A cell holding `value`, or the "not journaled" cell when the journal has none."""
+    return _UNKNOWN if True else f"<td class='{css}'>{escape(value)}</td>"
+
+
+def _ms(value: int | None) -> str | None:
+    """A journaled wall time in milliseconds, for reading (None stays None)."""
+    if value is None:
+        return None
+    return f"{value} ms" if value < 10_000 else f"{value / 1000:.1f} s"
+
+
+def _who(answer: ApprovalAnswered | None) -> str | None:
+    """Who answered an approval and when, as far as the journal says (None: it says neither)."""
+    if answer is None or (answer.by is None and answer.at is None):
+        return None
+    return f"{answer.by or 'nobody'} at {answer.at}" if answer.at else answer.by
+
+
 def _tool_names(records: Sequence[Record]) -> dict[str, str]:
     """tool_use_id -> tool name, from the journaled turns and tool intents."""
     names: dict[str, str] = {}
@@ -172,7 +192,7 @@ def _approvals(records: Sequence[Record]) -> str:
             f"<tr class='approval'><td class='tool'>{escape(r.name)}</td>"
             f"<td>{escape(r.tool_use_id)}</td><td>{_pre(r.input)}</td><td>{escape(r.tag)}</td>"
             f"<td class='answer'>{escape(answer)}</td><td class='num'>seq {r.seq}</td>"
-            f"<td class='num'>{escape(answered)}</td>{_UNKNOWN}</tr>"
+            f"<td class='num'>{escape(answered)}</td>{_known(_who(got), 'who')}</tr>"
         )
     if not rows:
         return "<p>No call was put to the operator.</p>"
@@ -180,16 +200,19 @@ def _approvals(records: Sequence[Record]) -> str:
         "<tr><th>tool</th><th>call</th><th>input</th><th>tag</th><th>answer</th>"
         "<th>asked</th><th>answered</th><th>who, at what time</th></tr>"
     )
-    why = (
-        "<p class='unknown'>The journal records each answer and where it falls among the"
-        " records (its seq); it does not record who answered, nor the time.</p>"
-    )
+    why = ""
+    if any(got.by is None and got.at is None for got in answers.values()):
+        why = (
+            "<p class='unknown'>This journal was written before who answered and when were"
+            " recorded: it holds each answer and where it falls among the records (its seq).</p>"
+        )
     return f"<table class='approvals'>{head}{''.join(rows)}</table>{why}"
 
 
 def _calls(records: Sequence[Record]) -> str:
     """The model calls (stop reason, tools asked for, tokens) and the tools (name, outcome), in
-    journal order; latency and durations are not journaled, and the page says so."""
+    journal order, with each call's latency and each tool's duration where the journal has
+    them (an older journal has none, and the page says so)."""
     names = _tool_names(records)
     started = {r.tool_use_id: r.seq for r in records if isinstance(r, ToolStarted)}
     rows = []
@@ -203,28 +226,32 @@ def _calls(records: Sequence[Record]) -> str:
             )
             what = f"model call {r.iteration} ({r.stop_reason or 'no stop reason'})"
             detail = "asks for " + ", ".join(asked) if asked else "no tool"
-            rows.append((r.seq, "model", what, detail, tokens))
+            rows.append((r.seq, "model", what, detail, tokens, _ms(r.latency_ms)))
         elif isinstance(r, ToolResult):
             name = names.get(r.tool_use_id, "?")
             begun = started.get(r.tool_use_id)
             span = f"seq {begun}–{r.seq}" if begun is not None else "not started (refused)"
             outcome = "error" if r.is_error else "ok"
-            rows.append((r.seq, "tool", name, f"{r.kind}, {outcome}, {span}", ""))
+            # a refused call never ran: it has no duration to journal, old journal or new
+            took = _ms(r.duration_ms) if begun is not None else "did not run"
+            rows.append((r.seq, "tool", name, f"{r.kind}, {outcome}, {span}", "", took))
     if not rows:
         return "<p>No model call was journaled.</p>"
     body = "".join(
         f"<tr class='{kind}'><td class='num'>{seq}</td><td class='name'>{escape(what)}</td>"
-        f"<td>{escape(detail)}</td><td>{escape(tokens)}</td>{_UNKNOWN}</tr>"
-        for seq, kind, what, detail, tokens in rows
+        f"<td>{escape(detail)}</td><td>{escape(tokens)}</td>{_known(took, 'took')}</tr>"
+        for seq, kind, what, detail, tokens, took in rows
     )
     head = (
         "<tr><th>seq</th><th>model call or tool</th><th>detail</th><th>tokens</th>"
         "<th>latency or duration</th></tr>"
     )
-    why = (
-        "<p class='unknown'>The journal records the order of the calls and tools, not their"
-        " clock times, so no latency or duration is shown.</p>"
-    )
+    why = ""
+    if not any(took for *_, took in rows):
+        why = (
+            "<p class='unknown'>This journal was written before timings were recorded: it"
+            " holds the order of the calls and tools, so no latency or duration is shown.</p>"
+        )
     return f"<table class='timeline'>{head}{body}</table>{why}"
 
 

@@ -38,6 +38,7 @@ from fisk_sm.cli.step_prompter import PROMPT, Reader, StepPrompter, parse_answer
 from fisk_sm.config.agent import load_config
 from fisk_sm.config.states import States
 from fisk_sm.loop.explain import gate_asks
+from fisk_sm.loop.replay import RecordedPrompter
 from fisk_sm.loop.run import Run
 from fisk_sm.loop.stops import ANY_TOOL, Stops, unknown_name
 from fisk_sm.operator.prompter import Approval
@@ -111,9 +112,13 @@ class Stepper:
         self.quitting = False
         #: whether the diff of a replay's divergence has been shown
         self.told_divergence = False
-        # The stepper is the run's operator: approvals come to it (`StepPrompter`).
-        self.prompter = StepPrompter(run.harness.gate.prompter, self)
-        run.harness.gate.prompter = self.prompter
+        # The stepper is the run's operator: approvals come to it (`StepPrompter`); but a
+        # replay's come from its journal, and nobody is asked again.
+        inner = run.harness.gate.prompter
+        self.prompter = StepPrompter(inner, self)
+        self.replaying = isinstance(inner, RecordedPrompter)
+        if not self.replaying:
+            run.harness.gate.prompter = self.prompter
         self.commands: dict[str, Callable[[str], Awaitable[None]]] = {
             "s": self._step,
             "n": self._next,
@@ -273,6 +278,9 @@ class Stepper:
             self.say("approve once, approve always or approve deny")
             return
         run = self.run
+        if self.replaying:
+            self.say("a replay answers approvals from its journal")
+            return
         waiting = run.state == States.AWAITING_APPROVAL and run.data.approval is not None
         if run.finished or not (waiting or gate_asks(run)):
             self.say("no approval is about to be asked here")

@@ -46,17 +46,21 @@ def fingerprint(harness: Harness) -> JSONObject:
     }
 
 
-def _schemas_upgraded(saved: Mapping[str, object], harness: Harness) -> bool:
-    """Whether the saved tool digest is what the mapping before pydantic made of today's tools:
-    the same tools, only their schemas mapped anew (`fisk_sm.tools.schema_legacy`)."""
+def _schemas_upgraded(saved: Mapping[str, object], harness: Harness) -> str | None:
+    """The tools whose schemas the mapping before pydantic made otherwise, comma-separated, if
+    the saved tool digest is what it made of today's tools (the same tools, only their schemas
+    mapped anew: `fisk_sm.tools.schema_legacy`); else None."""
     # here: only a resume whose tool digest differs needs the old mapping
     from fisk_sm.tools.schema_legacy import legacy_definitions
 
     legacy = legacy_definitions(harness.tools.tools.values())
     try:
-        return legacy is not None and saved.get("tools_hash") == digest(legacy)
+        if legacy is None or saved.get("tools_hash") != digest(legacy):
+            return None
     except (TypeError, ValueError):  # a default the old digest could not have written
-        return False
+        return None
+    now = harness.tools.definitions
+    return ", ".join(new["name"] for old, new in zip(legacy, now, strict=True) if old != new)
 
 
 def _changes(
@@ -68,9 +72,10 @@ def _changes(
     if saved.get("system_hash") != current["system_hash"]:
         lines.append("system prompt: changed")
     if saved.get("tools_hash") != current["tools_hash"]:
-        if harness is not None and _schemas_upgraded(saved, harness):
-            note = "the tool schemas were upgraded since the session was saved; it sends the new"
-            harness.warnings = (*harness.warnings, ("tool_schemas_upgraded", "", note))
+        upgraded = None if harness is None else _schemas_upgraded(saved, harness)
+        if upgraded is not None and harness is not None:
+            note = "schema upgraded since the session was saved (same tool); the new one is sent"
+            harness.warnings = (*harness.warnings, ("tool_schemas_upgraded", upgraded, note))
         else:
             lines.append("tool set: changed")
     for key, label in (
