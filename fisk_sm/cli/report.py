@@ -148,7 +148,7 @@ _UNKNOWN = "<td class='unknown'>not journaled</td>"
 
 def _known(value: str | None, css: str) -> str:
     """A cell holding `value`, or the "not journaled" cell when the journal has none."""
-    return _UNKNOWN if True else f"<td class='{css}'>{escape(value)}</td>"
+    return _UNKNOWN if value is None else f"<td class='{css}'>{escape(value)}</td>"
 
 
 def _ms(value: int | None) -> str | None:
