@@ -99,7 +99,9 @@ def legacy_definitions(tools: Iterable[Tool]) -> list[dict[str, Any]] | None:
         if t.check is not None:
             try:
                 _, schema = schema_for(t.fn)
-            except Exception:  # a hint the old mapping choked on: no session of it exists
+            # a hint the old mapping could not read (get_type_hints, inspect.signature):
+            # no session of it can exist
+            except (NameError, TypeError, ValueError, AttributeError):
                 return None
             definition = {**definition, "input_schema": schema}
         out.append(definition)
