@@ -8,7 +8,6 @@ the run's data; it never chooses the next state, which is the guards' job. Each 
 from __future__ import annotations
 
 import time
-import weakref
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Protocol
 
@@ -49,10 +48,6 @@ InputSource = Callable[[], Coroutine[object, object, str | None]]
 
 INTERRUPTED = "outcome unknown: the run stopped while this tool was running"
 
-#: Each run's last model call's wall time (ms), from `call_model` to the `journal_turn` that
-#: records it; held beside the run, not in its resumable data: a snapshot never carries it.
-_LATENCY: weakref.WeakKeyDictionary[object, int] = weakref.WeakKeyDictionary()
-
 
 class Inbox:
     """An input source that others post to (a supervisor's `say`): the chat waiting in
@@ -81,6 +76,9 @@ class Phase(Protocol):
     interrupt_requested: bool
     in_flight: InFlight
     input: InputSource | None
+    #: the last model call's wall time (ms), from `call_model` to the `journal_turn` that
+    #: records it; beside the run's resumable data, so a snapshot never carries it
+    call_latency_ms: int | None
 
     @property
     def budget(self) -> Budget: ...
@@ -104,7 +102,7 @@ async def call_model(run: Phase) -> None:
     data = run.data
     data.iteration += 1
     data.error = None
-    _LATENCY.pop(run, None)
+    run.call_latency_ms = None
     started = time.monotonic()
     try:
         reply = await run.in_flight.run(
@@ -117,7 +115,7 @@ async def call_model(run: Phase) -> None:
     except ModelError as exc:
         data.error = str(exc)
         return
-    _LATENCY[run] = _elapsed_ms(started)
+    run.call_latency_ms = int((time.monotonic() - started) * 1000)
     data.llm_calls += 1
     data.last_usage = Usage.from_api(reply.get("usage"))
     data.usage = data.usage + data.last_usage
@@ -141,7 +139,7 @@ async def journal_turn(run: Phase) -> None:
         message=turn.to_json(),
         stop_reason=data.stop_reason,
         usage=data.last_usage,
-        latency_ms=_LATENCY.pop(run, None),
+        latency_ms=run.call_latency_ms,
     )
     await run.harness.journal.append(record)
 
@@ -206,7 +204,7 @@ async def execute_tool(run: Phase) -> None:
         harness.events.emit(called)
         started = time.monotonic()
         outcome = await harness.tools.invoke(name, arguments)
-        duration_ms = _elapsed_ms(started)
+        duration_ms = int((time.monotonic() - started) * 1000)
         finished = ToolFinished(
             run_id=data.run_id,
             name=name,
@@ -309,11 +307,6 @@ async def await_approval(run: Phase) -> None:
         data.denials[use_id] = reason
     elif answer is Approval.ALWAYS and name not in data.allowed:
         data.allowed.append(name)
-
-
-def _elapsed_ms(started: float) -> int:
-    """Whole milliseconds since `started` (a `time.monotonic()` reading)."""
-    return int((time.monotonic() - started) * 1000)
 
 
 def _prompter_name(prompter: object) -> str | None:

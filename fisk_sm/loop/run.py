@@ -138,6 +138,7 @@ class Run:
         #: chat waiting for input suspends.
         self.input: InputSource | None = None
         self.in_flight = InFlight()
+        self.call_latency_ms: int | None = None  # `fisk_sm.loop.actions.call_model` sets it
         self.resumed = False
         self._seq = seq
         self._started_at: float | None = None

@@ -253,6 +253,12 @@ class ToolBox:
     """The tools of one run, by name."""
 
     tools: Mapping[str, Tool]
+    # The last input checked and what it converted to: a call is screened by the gate, again
+    # before it runs, and then converted, and pydantic need validate it only once. Keyed by
+    # identity: a call's input is its tool_use block's, which nothing mutates.
+    _checked: list[tuple[Mapping[str, Any], Tool, dict[str, Any]]] = attrs.field(
+        factory=list, init=False, eq=False, repr=False
+    )
 
     @classmethod
     def of(cls, tools: Iterable[Tool]) -> ToolBox:
@@ -283,7 +289,7 @@ class ToolBox:
             return Outcome(_missing_message(t, missing), is_error=True, warning="missing_required")
         if t.check is not None:
             try:
-                t.check(arguments)
+                self._converted(t, arguments)
             except InputError as exc:
                 text = f"tool {name!r} input is invalid: {exc}"
                 return Outcome(text, is_error=True, warning="bad_input")
@@ -307,11 +313,22 @@ class ToolBox:
             outcome = Outcome(f"tool {name!r} timed out after {t.timeout:g}s", is_error=True)
         return _capped(outcome, t)
 
+    def _converted(self, t: Tool, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        """`arguments` checked and converted by `t.check` (raises `InputError`)."""
+        assert t.check is not None
+        memo = self._checked
+        if memo and memo[0][0] is arguments and memo[0][1] is t:
+            return memo[0][2]
+        converted = t.check(arguments)
+        memo[:] = [(arguments, t, converted)]
+        return converted
+
     async def _call(self, name: str, arguments: Mapping[str, Any]) -> Outcome:
-        fn, check = self.tools[name].fn, self.tools[name].check
+        t = self.tools[name]
+        fn = t.fn
         try:
-            if check is not None:  # passed `rejection`: now converted to the function's types
-                arguments = check(arguments)
+            if t.check is not None:  # passed `rejection`: now converted to the function's types
+                arguments = self._converted(t, arguments)
             if inspect.iscoroutinefunction(fn):
                 value = await fn(**arguments)
             else:
