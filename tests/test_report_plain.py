@@ -1,14 +1,15 @@
 """`fisk-sm report`, the dashboard's diagram and `fisk-sm diagram` on a plain install: no
 pygraphviz.
 
-"Without pygraphviz" is a real subprocess whose `sitecustomize` (first on its PYTHONPATH) sets
-`sys.modules["pygraphviz"] = None`, so that `import pygraphviz` fails there as on an install
-without the `[svg]` extra; each test checks that it does. The session is recorded with the real
-CLI on a pseudo-terminal (the operator approves the gated `deploy` once) against the fake
-Messages API; the report is opened in headless Chromium (tests/browserkit.py), which finds the
-approval and who answered it when, the tool names with their durations, the model calls with
-their latency, and the path marked on the shipped
-SVG. A table other than the one the shipped SVG was drawn from is never marked on it: Graphviz
+"Without pygraphviz": the command line runs from a second venv made for the test, holding
+every package of this one but pygraphviz (as an install without the `[svg]` extra); the
+supervisor, which its test kit starts with this interpreter, runs with a `sitecustomize` that
+blocks the import. Each fixture checks that `import pygraphviz` fails there. The session is
+recorded with the real CLI on a pseudo-terminal (the operator approves the gated `deploy` once)
+against the fake Messages API; the report is opened in headless Chromium (tests/browserkit.py),
+which finds the approval and who answered it when, the tool names with their durations, the
+model calls with their latency, and the path marked on the shipped SVG. A table other than the
+one the shipped SVG was drawn from is never marked on it: Graphviz
 draws it when installed, else the page shows the mermaid text and says why.
 
 The Chromium test is a plain `def`: Playwright's sync API refuses to run inside an event loop.
@@ -19,9 +20,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import stat
 import subprocess
 import sys
+import sysconfig
 import tomllib
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
@@ -66,7 +69,8 @@ def look(what: str) -> str:
 
 @pytest.fixture
 def plain_env(tmp_path: Path) -> dict[str, str]:
-    """The environment of a subprocess in which `import pygraphviz` fails."""
+    """The environment of a supervisor subprocess (started with this interpreter) in which
+    `import pygraphviz` fails: its `sitecustomize` (first on PYTHONPATH) blocks the import."""
     site = tmp_path / "no_pygraphviz"
     site.mkdir()
     (site / "sitecustomize.py").write_text(
@@ -82,8 +86,40 @@ def plain_env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
+@pytest.fixture(scope="module")
+def plain_venv(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The environment of the command line run from a second venv: every package of this one
+    (fisk-sm included, as installed) linked into it, except pygraphviz, as on an install
+    without the `[svg]` extra. Its `python` is first on PATH (`fisk` runs it)."""
+    venv = tmp_path_factory.mktemp("plain") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    ours = Path(sysconfig.get_paths()["purelib"])
+    theirs = next((venv / "lib").glob("python3*/site-packages"))
+    for entry in ours.iterdir():
+        if not entry.name.lower().startswith("pygraphviz"):
+            (theirs / entry.name).symlink_to(entry)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FISK_SM_")}
+    env.pop("PYTHONPATH", None)
+    env["PATH"] = os.pathsep.join([str(venv / "bin"), env.get("PATH", "")])
+    env["ANTHROPIC_API_KEY"] = "test"
+    python = str(venv / "bin" / "python")
+    probe = subprocess.run(
+        [python, "-c", "import pygraphviz"], env=env, capture_output=True, text=True
+    )
+    assert probe.returncode != 0 and "No module named 'pygraphviz'" in probe.stderr, probe
+    here = subprocess.run(
+        [python, "-c", "import sys, fisk_sm; print(sys.prefix)"],
+        env=env, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert here.stdout.strip() == str(venv)
+    return env
+
+
 def fisk(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, env=env, timeout=HANG)
+    """`fisk-sm ARGS` with the `python` first on the PATH of `env` (the plain venv's)."""
+    python = shutil.which("python", path=env["PATH"]) or sys.executable
+    command = [python, *CLI[1:], *args]
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=HANG)
 
 
 @pytest.fixture
@@ -139,7 +175,7 @@ def test_the_shipped_svg_is_the_table_drawn_and_goes_in_the_wheel() -> None:
 
 
 def test_report_without_pygraphviz_in_chromium(
-    approved: Path, plain_env: dict[str, str], tmp_path: Path
+    approved: Path, plain_venv: dict[str, str], tmp_path: Path
 ) -> None:
     try:
         from playwright import sync_api
@@ -151,7 +187,7 @@ def test_report_without_pygraphviz_in_chromium(
     out = tmp_path / "report.html"
     out.write_text("an older report, world-readable")
     out.chmod(0o644)
-    got = fisk(plain_env, "report", "appr", "--state-dir", str(approved), "-o", str(out))
+    got = fisk(plain_venv, "report", "appr", "--state-dir", str(approved), "-o", str(out))
     assert got.returncode == 0, got.stderr
     assert stat.S_IMODE(out.stat().st_mode) == 0o600  # tightened, not just created so
     page_text = out.read_text(encoding="utf-8")
@@ -217,20 +253,20 @@ def test_report_without_pygraphviz_in_chromium(
 
 
 def test_report_exit_codes_without_pygraphviz(
-    approved: Path, plain_env: dict[str, str], tmp_path: Path
+    approved: Path, plain_venv: dict[str, str], tmp_path: Path
 ) -> None:
     where = ["--state-dir", str(approved)]
-    ok = fisk(plain_env, "report", "appr", *where)
+    ok = fisk(plain_venv, "report", "appr", *where)
     assert ok.returncode == 0, ok.stderr
     assert ok.stdout.startswith("<!DOCTYPE html>") and "state_execute" in ok.stdout
-    drawn = fisk(plain_env, "diagram", "--session", "appr", *where, "--format", "svg")
+    drawn = fisk(plain_venv, "diagram", "--session", "appr", *where, "--format", "svg")
     assert drawn.returncode == 0, drawn.stderr
     marked = {g.get("id"): g.get("class", "") for g in ET.fromstring(drawn.stdout).iter(f"{SVG}g")}
     assert "visited" in marked["state_awaiting_approval"] and "current" in marked["state_completed"]
-    missing = fisk(plain_env, "report", "nope", *where)
+    missing = fisk(plain_venv, "report", "nope", *where)
     assert missing.returncode == 2
     assert len(missing.stderr.strip().splitlines()) == 1 and "nope" in missing.stderr
-    nowhere = fisk(plain_env, "report", "appr", *where, "-o", str(tmp_path / "no" / "r.html"))
+    nowhere = fisk(plain_venv, "report", "appr", *where, "-o", str(tmp_path / "no" / "r.html"))
     assert nowhere.returncode != 0
     lines = nowhere.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in nowhere.stderr and "r.html" in lines[0]
@@ -259,7 +295,7 @@ def test_dashboard_diagram_without_pygraphviz(
 
 
 def test_a_mismatched_table_falls_back_and_says_so(
-    tmp_path: Path, plain_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, plain_venv: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     table_file = extended(tmp_path)
     table = load_table(table_file)
@@ -275,12 +311,12 @@ def test_a_mismatched_table_falls_back_and_says_so(
     assert drawing.note is not None and "differs" in drawing.note and "mermaid" in drawing.note
     with pytest.raises(DiagramError, match="differs"):
         render(table, "svg")
-    got = fisk(plain_env, "diagram", "--table", str(table_file), "--format", "svg")
+    got = fisk(plain_venv, "diagram", "--table", str(table_file), "--format", "svg")
     assert got.returncode == 2 and not got.stdout
     assert len(got.stderr.strip().splitlines()) == 1 and "differs" in got.stderr
     assert "Traceback" not in got.stderr
     # The loop's own table is drawn from the shipped SVG all the same.
-    plain = fisk(plain_env, "diagram", "--format", "svg")
+    plain = fisk(plain_venv, "diagram", "--format", "svg")
     assert plain.returncode == 0 and plain.stdout == shipped.read_text()
     monkeypatch.delitem(sys.modules, "pygraphviz")
     try:
