@@ -13,12 +13,42 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pexpect
 from test_step_approvals import CLI, HANG, environment, journal, write_agent
 
 from fisk_sm.testing import FakeMessagesAPI, Reply
+
+
+def stop_explain_approve(
+    child: pexpect.spawn, not_asked_yet: Callable[[], bool], stopped_in: str | None = None
+) -> None:
+    """The stepper's dialogue at a gated `deploy`: `b approval:deploy`, `c` to the stop (in
+    `stopped_in`, if given), where `not_asked_yet()` must hold, `explain` showing the gate's
+    decision, `approve once`, `c` to the end, `q`."""
+    child.expect_exact("(fisk-sm)")
+    child.sendline("b approval:deploy")
+    child.expect_exact("breakpoint set: approval:deploy")
+    child.expect_exact("(fisk-sm)")
+    child.sendline("c")
+    child.expect_exact("stopped: approval deploy")
+    if stopped_in is not None:
+        child.expect_exact(stopped_in)
+    child.expect_exact("(fisk-sm)")
+    assert not_asked_yet()
+    child.sendline("explain")
+    child.expect_exact("gate: deploy is gated by ai:confirm: the operator will be asked")
+    child.expect_exact("(fisk-sm)")
+    child.sendline("approve once")
+    child.expect_exact("approval answered: deploy approved once")
+    child.expect_exact("(fisk-sm)")
+    child.sendline("c")
+    child.expect_exact("the run has ended in completed")
+    child.expect_exact("(fisk-sm)")
+    child.sendline("q")
+    child.expect(pexpect.EOF)
 
 
 def test_stop_explain_and_approve_at_a_gated_tool_in_a_terminal(
@@ -37,26 +67,11 @@ def test_stop_explain_and_approve_at_a_gated_tool_in_a_terminal(
         dimensions=(50, 200),
     )
     try:
-        child.expect_exact("(fisk-sm)")
-        child.sendline("b approval:deploy")
-        child.expect_exact("breakpoint set: approval:deploy")
-        child.expect_exact("(fisk-sm)")
-        child.sendline("c")
-        child.expect_exact("stopped: approval deploy")
-        child.expect_exact("state: gate (iteration 2)")
-        child.expect_exact("(fisk-sm)")
-        assert not [p for p in state.iterdir() if "approval" in p.read_text()]  # not asked yet
-        child.sendline("explain")
-        child.expect_exact("gate: deploy is gated by ai:confirm: the operator will be asked")
-        child.expect_exact("(fisk-sm)")
-        child.sendline("approve once")
-        child.expect_exact("approval answered: deploy approved once")
-        child.expect_exact("(fisk-sm)")
-        child.sendline("c")
-        child.expect_exact("the run has ended in completed")
-        child.expect_exact("(fisk-sm)")
-        child.sendline("q")
-        child.expect(pexpect.EOF)
+        stop_explain_approve(
+            child,
+            lambda: not [p for p in state.iterdir() if "approval" in p.read_text()],
+            stopped_in="state: gate (iteration 2)",
+        )
     finally:
         child.close()
     assert child.exitstatus == 0
@@ -148,25 +163,7 @@ def test_step_approve_replay_then_replay_changed_code_live(tmp_path: Path) -> No
         common = ["-c", str(agent), "--state-dir", str(state)]
         child = spawn(tmp_path, "step", *common, "--checkpoint", "--name", "ship", "ship it")
         try:
-            child.expect_exact("(fisk-sm)")
-            child.sendline("b approval:deploy")
-            child.expect_exact("breakpoint set: approval:deploy")
-            child.expect_exact("(fisk-sm)")
-            child.sendline("c")
-            child.expect_exact("stopped: approval deploy")
-            child.expect_exact("(fisk-sm)")
-            assert effects(tmp_path) == ""
-            child.sendline("explain")
-            child.expect_exact("gate: deploy is gated by ai:confirm: the operator will be asked")
-            child.expect_exact("(fisk-sm)")
-            child.sendline("approve once")
-            child.expect_exact("approval answered: deploy approved once")
-            child.expect_exact("(fisk-sm)")
-            child.sendline("c")
-            child.expect_exact("the run has ended in completed")
-            child.expect_exact("(fisk-sm)")
-            child.sendline("q")
-            child.expect(pexpect.EOF)
+            stop_explain_approve(child, lambda: effects(tmp_path) == "")
         finally:
             child.close()
         assert child.exitstatus == 0
