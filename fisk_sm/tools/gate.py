@@ -206,12 +206,10 @@ class Gate:
         """None if the call may run now (ungated, or its tool is in `allowed`: answered
         "always" earlier in the run); the denial reason if it may not and nobody can be asked;
         else the `ApprovalRequest` to put to the operator (reported as asked)."""
-        if self.gated_tag(tool) is None:
+        tag = self.gated_tag(tool)
+        if tag is None:
             return None  # ungated: most calls; no decision record built for them
-        decision = self.decide(tool, allowed)
-        tag = decision.tag
-        if tag is None:  # pragma: no cover - gated_tag said otherwise just above
-            return None
+        decision = gate_decision(tool.name, tag, allowed, self.prompter.available)
         report = _reporter(audit, tool.name, arguments, tag)
         if decision.verdict == "remembered":
             report(ApprovalGranted, answer="remembered")
