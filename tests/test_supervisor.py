@@ -281,6 +281,40 @@ def _request(method: str, url: str, body: Any) -> tuple[int, Any]:
         return exc.code, json.loads(exc.read())
 
 
+async def test_a_run_is_not_ended_before_its_end_is_journaled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The terminal record is written after the run enters its terminal state: until it is,
+    the run is still running (what reads its journal then finds the end there)."""
+    from fisk_sm.journal.filejournal import FileJournal
+    from fisk_sm.journal.records import Terminal
+
+    held, release = asyncio.Event(), asyncio.Event()
+    append = FileJournal.append
+
+    async def slow_end(self: FileJournal, record: Any) -> None:
+        if isinstance(record, Terminal):
+            held.set()
+            await release.wait()
+        await append(self, record)
+
+    monkeypatch.setattr(FileJournal, "append", slow_end)
+    with FakeMessagesAPI(conversations={"look": [Reply.text("seen")]}) as api:
+
+        async def body(sup: Supervisor) -> None:
+            run = await sup.submit("look")
+            try:
+                await asyncio.wait_for(held.wait(), DEADLINE)
+                assert run.state == "completed" and run.status == "running"
+            finally:
+                release.set()
+            await until(lambda: run.status == "completed", "the run to end")
+            records = await sup.records_of(run.entry.run_id)
+            assert isinstance(records[-1], Terminal) and records[-1].reason == "completed"
+
+        await supervised(tmp_path, api, body)
+
+
 async def test_the_stream_tells_a_run_ended_with_its_last_run_event(tmp_path: Path) -> None:
     conversations = {"look": [Reply.tool_use("look", {"what": "x"}), Reply.text("seen")]}
     with FakeMessagesAPI(conversations=conversations) as api:

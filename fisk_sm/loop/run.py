@@ -142,6 +142,9 @@ class Run:
         self.resumed = False
         self._seq = seq
         self._started_at: float | None = None
+        #: Whether the terminal record is journaled (a run in a terminal state is `finished`
+        #: from the transition on, and `ended` once that record is written).
+        self.ended = False
 
     @classmethod
     def create(
@@ -287,6 +290,7 @@ class Run:
 
             terminal = Terminal(seq=self.next_seq(), reason=self.state, message=self.outcome)
             await self.harness.journal.append(terminal)
+            self.ended = True
         return fire
 
     async def run(self) -> str:

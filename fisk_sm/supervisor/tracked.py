@@ -65,8 +65,8 @@ class Tracked:
             return "parked"
         if state == States.AWAITING_INPUT and self.live:
             return "waiting"  # a chat waiting for its user's next prompt
-        if self.live and not (self.run is not None and self.run.finished):
-            return "queued" if self.queued else "running"
+        if self.live and not (self.run is not None and self.run.ended):
+            return "queued" if self.queued else "running"  # until its end is journaled
         if self.error is not None:
             return "failed"
         return state if state in ENDED else "suspended"
