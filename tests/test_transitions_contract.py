@@ -1,11 +1,12 @@
 """The evaluator's speed subclasses keep to `transitions`, in every release pyproject.toml allows.
 
-`fisk_sm.machine.contract` checks that what `_State`, `_Transition` and `_Machine` override
-exists in transitions' base classes with the same signature, that the base methods the evaluator
-calls (the public `Event.trigger` among them) keep theirs, and that a machine built from the
-table steps. Here it runs against the installed `transitions`, and then against each allowed
-release's wheel, imported from the wheel file (zipimport) in a subprocess. `make test` fills the
-wheel cache (tests/transitionskit.py); an allowed release without a cached wheel fails here, so
+`fisk_sm.machine.contract` checks that what its speed subclasses (`_State`, `_Condition`,
+`_Transition`, `_Event`, `_Machine`) override exists in transitions' base classes with the same
+signature, that the base methods the evaluator calls (the public `Event.trigger` among them)
+keep theirs, and that a machine built from the table steps. Here it runs against the installed
+`transitions`, and then against each allowed release's wheel, imported from the wheel file
+(zipimport) in a subprocess. `make test` fills the wheel cache (tests/transitionskit.py); an
+allowed release without a cached wheel fails here, so
 that a new release is tested before a run meets it.
 """
 
@@ -105,16 +106,24 @@ def test_an_override_with_another_signature_is_reported() -> None:
                 "trigger(self, model, *args, **kwargs)"
             ],
         ),
-        (  # a private method _Transition.execute calls, renamed: missing, and a fire fails
-            "    def _change_state(self, event_data):",
-            "    def _set_state(self, event_data):",
+        (  # a private method _Event._trigger calls, renamed: missing, and a fire fails
+            "    def _is_valid_source(self, state):",
+            "    def _is_source(self, state):",
             [
-                "BROKEN transitions.Transition._change_state: missing",
+                "BROKEN transitions.Event._is_valid_source: missing",
                 "BROKEN a machine built from the table does not step: AttributeError: ",
             ],
         ),
+        (  # a private method _Transition overrides, renamed: the override overrides nothing
+            "    def _change_state(self, event_data):",
+            "    def _set_state(self, event_data):",
+            [
+                "BROKEN _Transition (over transitions.Transition)._change_state: "
+                "transitions.Transition has no _change_state",
+            ],
+        ),
     ],
-    ids=["trigger-without-keywords", "change-state-renamed"],
+    ids=["trigger-without-keywords", "valid-source-renamed", "change-state-renamed"],
 )
 def test_a_drifted_release_fails_its_check(
     tmp_path: Path, line: str, drifted: str, reported: list[str]

@@ -1,7 +1,8 @@
 """What the evaluator relies on in `transitions`, checked against the `transitions` imported.
 
-`fisk_sm.machine.evaluator` subclasses transitions' `State`, `Transition` and `Machine` for
-speed (`_State`, `_Transition`, `_Machine`) and calls some of their methods directly. Nothing in
+`fisk_sm.machine.evaluator` subclasses transitions' `State`, `Condition`, `Transition`, `Event`
+and `Machine` for speed (`_State`, `_Condition`, `_Transition`, `_Event`, `_Machine`) and calls
+some of their methods directly. Nothing in
 `transitions` promises those methods stay as they are across releases, so a release that renamed
 one, or changed its parameters, would break runs rather than an install. `problems()` says what
 no longer holds:
@@ -29,6 +30,7 @@ import sys
 
 import transitions
 from transitions import Event, EventData, Machine, MachineError, State, Transition
+from transitions.core import Condition
 
 from fisk_sm.machine import evaluator
 from fisk_sm.machine.table import TableError, load_table
@@ -41,7 +43,9 @@ Shape = tuple[tuple[str, str, str], ...]
 #: Each speed subclass and the transitions class it extends.
 SUBCLASSES: tuple[tuple[type, type], ...] = (
     (evaluator._State, State),
+    (evaluator._Condition, Condition),
     (evaluator._Transition, Transition),
+    (evaluator._Event, Event),
     (evaluator._Machine, Machine),
 )
 
@@ -57,7 +61,8 @@ def _event_data(
     args: object,
     kwargs: object,
 ) -> None: ...
-def _change_state(self: object, event_data: object) -> None: ...
+def _is_valid_source(self: object, state: object) -> None: ...
+def _get_model_state(self: object, model: object) -> None: ...
 def _callback(self: object, func: object, event_data: object) -> None: ...
 
 
@@ -65,8 +70,9 @@ def _callback(self: object, func: object, event_data: object) -> None: ...
 BASE_CALLS: tuple[tuple[type, str, object], ...] = (
     (Event, "trigger", _trigger),  # LoopMachine.fire: trigger(run, fire), run not registered
     (EventData, "__init__", _event_data),  # LoopMachine.enter builds one positionally
-    (Transition, "_change_state", _change_state),  # _Transition.execute
-    (Machine, "callback", _callback),  # _Machine.callbacks
+    (Event, "_is_valid_source", _is_valid_source),  # _Event._trigger
+    (Machine, "get_model_state", _get_model_state),  # _Event._trigger
+    (Machine, "callback", _callback),  # _Machine.callbacks, for a callback given by name
 )
 
 #: The keywords `build_machine` passes to the Machine.

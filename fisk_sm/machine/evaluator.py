@@ -30,13 +30,16 @@ iteration: most of the engine's cost. Profiled (cProfile; `bench/loop_overhead.p
 it is configured thus. The Machine runs with `send_event=True` (callbacks read the run from
 `EventData`), `queued=False` (a fire never nests) and no `prepare`/`before`/`after`,
 `prepare_event`, `finalize_event` or exit callbacks, each of which is one more loop over
-callbacks per transition. `_Machine` and `_State` are `transitions`' own classes with three
-methods made cheaper for this table, which brings a fire to about 7.5 µs: `get_state` looks a
-`str` name up directly (the base class tests for an `Enum` first, five times per fire), and
-`callbacks`, `State.enter` and `State.exit` drop the INFO/DEBUG log call made around every
-callback. What logging remains (DEBUG, in `Transition.execute` and `Event._trigger`) costs a
-cached level check and emits only if an application enables DEBUG for `transitions`: the
-library never configures that logger (the command line sets it to WARNING).
+callbacks per transition. The speed subclasses (`_State`, `_Condition`, `_Transition`, `_Event`,
+`_Machine`) are `transitions`' own classes with the methods of a fire made cheaper for this
+configuration, which brings a fire to about 4 µs (`bench/loop_overhead.py`, "transitions
+itself"): `get_state` looks a `str` name up directly (the base class tests for an `Enum` first);
+callbacks and conditions are called directly (the base class resolves each one again, in case it
+is a name); state entry, exit and the exits' `execute` drop the log calls around every callback;
+and the exception, finalize and prepare handlers the Machine is built without are skipped. A name
+given as a callback, or a handler someone adds, takes the base class's path.
+`fisk_sm.machine.contract` checks each override against every `transitions` release allowed.
+So a fire logs nothing: the `transitions` logger's calls were all in the methods overridden.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from typing import TYPE_CHECKING, Generic, Protocol, TypeAlias, TypeVar
 
 import attrs
 from transitions import Event, EventData, Machine, State, Transition
+from transitions.core import Condition
 
 from fisk_sm.machine.table import Table, TableError, TransitionSpec
 
@@ -93,21 +97,74 @@ class _State(State):
             event_data.machine.callbacks(self.on_exit, event_data)
 
 
+class _Condition(Condition):
+    """A `transitions` Condition that calls its guard directly (build_machine gives callables;
+    the base class resolves each one again on every check)."""
+
+    def check(self, event_data: EventData) -> bool:
+        func = self.func
+        if isinstance(func, str):  # pragma: no cover - build_machine registers no names
+            return super().check(event_data)
+        return bool(func(event_data) == self.target)
+
+
 class _Transition(Transition):
     """A `transitions` Transition that executes as the base class does, without its four
-    debug log calls per fire (a third of the evaluator's own time at the loop's rate)."""
+    debug log calls per fire (a third of the evaluator's own time at the loop's rate), and
+    changes state with direct lookups of the table's `str` names."""
+
+    condition_cls = _Condition
 
     def execute(self, event_data: EventData) -> bool:
         machine = event_data.machine
         if self.prepare:  # the table gives no prepare callbacks
             machine.callbacks(self.prepare, event_data)
-        if not all(cond.check(event_data) for cond in self.conditions):
-            return False
+        for condition in self.conditions:
+            if not condition.check(event_data):
+                return False
         machine.callbacks(itertools.chain(machine.before_state_change, self.before), event_data)
         if self.dest:
             self._change_state(event_data)
-        machine.callbacks(itertools.chain(self.after, machine.after_state_change), event_data)
+        if self.after or machine.after_state_change:  # the table gives neither
+            machine.callbacks(itertools.chain(self.after, machine.after_state_change), event_data)
         return True
+
+    def _change_state(self, event_data: EventData) -> None:
+        # what the base class does (exit, set the model's state, note it, enter, on_final),
+        # with the source and destination looked up once, by name
+        machine = event_data.machine
+        machine.get_state(self.source).exit(event_data)
+        dest = machine.get_state(self.dest or "")
+        setattr(event_data.model, machine.model_attribute, dest.value)
+        event_data.state = dest
+        dest.enter(event_data)
+        if dest.final and machine.on_final:  # the Machine is built without on_final
+            machine.callbacks(machine.on_final, event_data)
+
+
+class _Event(Event):
+    """A `transitions` Event that finds the run's state and tries its exits as the base class
+    does, without the exception and finalize handlers the Machine is built without."""
+
+    def _trigger(self, event_data: EventData) -> bool:
+        machine = self.machine
+        if machine.on_exception or machine.finalize_event:  # pragma: no cover - none given
+            return super()._trigger(event_data)
+        event_data.state = machine.get_model_state(event_data.model)
+        if self._is_valid_source(event_data.state):
+            self._process(event_data)
+        return bool(event_data.result)
+
+    def _process(self, event_data: EventData) -> bool:
+        machine = self.machine
+        if machine.prepare_event:  # pragma: no cover - the Machine is built without
+            machine.callbacks(machine.prepare_event, event_data)
+        for transition in self.transitions[event_data.state.name]:
+            event_data.transition = transition
+            if transition.execute(event_data):
+                event_data.result = True
+                break
+        return bool(event_data.result)
 
 
 class _Machine(Machine):
@@ -115,6 +172,7 @@ class _Machine(Machine):
 
     state_cls = _State
     transition_cls = _Transition
+    event_cls = _Event
 
     def get_state(self, state: str | Enum) -> State:
         # one lookup for the str names of this table; the base class tests for an Enum first
@@ -123,7 +181,10 @@ class _Machine(Machine):
 
     def callbacks(self, funcs: Iterable[Callback], event_data: EventData) -> None:
         for func in funcs:
-            self.callback(func, event_data)
+            if isinstance(func, str):  # pragma: no cover - build_machine registers no names
+                self.callback(func, event_data)
+            else:
+                func(event_data)  # send_event=True: a callback takes the EventData
 
 
 class _Fired(Protocol[R_co]):
@@ -249,7 +310,7 @@ def _hook(fn: Hook[M]) -> Callable[[_Fired[M]], None]:
     # transitions hands callbacks its EventData (send_event=True); a hook gets the run and the
     # Fire, whose `taken` exit is already noted (before_state_change runs before the entry).
     def enter(event: _Fired[M]) -> None:
-        args = tuple(event.args)
+        args = event.args
         fn(event.model, args[0] if args else None)
 
     enter.__name__ = getattr(fn, "__name__", "hook")
