@@ -7,6 +7,7 @@ Every problem is reported as a :class:`ConfigError` whose ``str()`` is
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Mapping
@@ -144,9 +145,10 @@ class LLMConfig:
     #: Send no prompt-cache breakpoints (they are on by default: the biggest cost lever).
     no_prompt_cache: bool = False
 
-    @property
+    @functools.cached_property
     def resolved_thinking(self) -> Thinking:
-        """The thinking sent: off, adaptive or a budget; "on" takes the model table's form."""
+        """The thinking sent: off, adaptive or a budget; "on" takes the model table's form
+        (resolved once per config: each request reads it twice)."""
         return resolve_thinking(self.model, self.thinking)
 
     @property
