@@ -10,10 +10,12 @@ calls, warnings and notes go to stderr.
 - `/exit`, end of input (Ctrl-D) or Ctrl-C at an empty prompt end the chat: `suspended` when it
   is journaled (`--checkpoint`, `--resume`), so it can be resumed, `completed` otherwise.
 - `/reset` ends the session and starts a new one with the next prompt (REFERENCE §1.2): the old
-  session ends `suspended`, and `session ls` lists both.
+  session ends `suspended`, and `session ls` lists both. With `--name NAME` the new sessions are
+  NAME-2, NAME-3, … (`derived_id`; an id already taken is skipped, its journal left alone).
 - Ctrl-C during a turn interrupts it at the next loop boundary (never mid-tool, never
   mid-call) and returns to the prompt; a second one suspends a journaled chat now (a model
-  call in flight is cancelled), a third aborts. SIGTERM suspends a journaled chat.
+  call in flight is cancelled), a third aborts. SIGTERM suspends a journaled chat. On every
+  turn: the chat's handlers are installed again after each prompt (`Chat._arm` says why).
 - `--resume ID` of a chat waiting for its next prompt returns to the prompt without calling the
   model; a one-shot session is refused (`fisk-sm run --resume` is its command), as `run
   --resume` refuses a chat.
@@ -37,7 +39,8 @@ from fisk_sm.config.agent import AgentConfig, load_config
 from fisk_sm.config.states import States
 from fisk_sm.config.text import UnencodableText, refuse_unencodable
 from fisk_sm.events.types import Event, MessageReceived, RunEnded, StateEntered
-from fisk_sm.journal.filestore import FileStore, check_run_id
+from fisk_sm.journal.filestore import FileStore, SessionExistsError, check_run_id
+from fisk_sm.journal.ids import MAX_RUN_ID
 from fisk_sm.journal.jetstream import JetStreamStore
 from fisk_sm.loop.harness import RunOptions
 from fisk_sm.loop.run import Run
@@ -47,7 +50,7 @@ from fisk_sm.model.clients import warm_up
 from fisk_sm.operator.prompter import TerminalPrompter
 from fisk_sm.operator.sanitize import for_terminal, is_terminal, say
 
-__all__ = ["add_chat_parser", "chat_refusal", "cmd_chat"]
+__all__ = ["add_chat_parser", "chat_refusal", "cmd_chat", "derived_id"]
 
 #: Reads the next line (None at the end of input).
 Reader = Callable[[], Awaitable[str | None]]
@@ -60,12 +63,18 @@ def add_chat_parser(sub: Any) -> None:
         "chat",
         help="chat with an agent: follow-up prompts in one conversation",
         description="A line REPL: each line is a prompt, answered in the same conversation."
-        " /reset starts a new session, /exit (or Ctrl-D) ends the chat. With --checkpoint the"
-        " chat is journaled as a session and can be resumed with --resume ID.",
+        " /reset starts a new session, /exit (or Ctrl-D, or Ctrl-C at an empty prompt) ends the"
+        " chat. With --checkpoint the chat is journaled as a session and can be resumed with"
+        " --resume ID.",
     )
     chat.add_argument("-c", "--config", required=True, type=Path, help="the agent.yaml")
     chat.add_argument("--checkpoint", action="store_true", help="journal the chat as a session")
-    chat.add_argument("--name", metavar="ID", help="the session id (with --checkpoint)")
+    chat.add_argument(
+        "--name",
+        metavar="ID",
+        help="the session id (with --checkpoint); the sessions /reset starts are ID-2, ID-3, ..."
+        " (the first id not taken)",
+    )
     chat.add_argument("--resume", metavar="ID", help="resume chat session ID")
     chat.add_argument(
         "--force", action="store_true", help="with --resume: continue though the config changed"
@@ -96,6 +105,13 @@ def chat_refusal(run: Run) -> str | None:
         return None
     run_id = run.data.run_id
     return f'session "{run_id}" is not a chat: resume it with fisk-sm run --resume {run_id}'
+
+
+def derived_id(name: str, number: int) -> str:
+    """The id of the `number`-th session (2, 3, …) of a chat started with `--name name`:
+    `name-number`, `name` cut short if the whole would be over `MAX_RUN_ID` characters."""
+    suffix = f"-{number}"
+    return check_run_id(name[: MAX_RUN_ID - len(suffix)] + suffix)
 
 
 def _reader(stdin: TextIO) -> Reader:
@@ -181,6 +197,8 @@ class Chat:
         self.reset = False
         self.signals = 0
         self.run: Run | None = None
+        self.task: asyncio.Future[str] | None = None  # the run being driven, for the signals
+        self.number = 1  # the last `derived_id` number tried (`--name` after /reset)
         self.model: AnthropicModel | None = None  # the current run's: the chat releases it
 
     def _options(self, model: AnthropicModel) -> RunOptions:
@@ -196,7 +214,10 @@ class Chat:
         (invalid UTF-8, a lone surrogate) is refused with one line, and the prompt asks again:
         nothing of it is sent or journaled."""
         while True:
-            line = await self.read()
+            try:
+                line = await self.read()
+            finally:
+                self._arm()  # prompt_async has just removed the loop's SIGINT handler
             try:
                 return line if line is None else refuse_unencodable(line, "line")
             except UnencodableText as exc:
@@ -228,10 +249,7 @@ class Chat:
                     await run.aclose()
                     raise UsageError(refusal)
             elif store is not None:
-                name = args.name if self.run is None else None
-                run = await start_session(
-                    self.config, prompt or "", store, options, run_id=name, chat=True
-                )
+                run = await self._start(store, prompt or "", options)
                 say(f"session: {run.data.run_id}")
             else:
                 run = Run.create(self.config, prompt or "", options, chat=True)
@@ -241,6 +259,25 @@ class Chat:
         run.input = self.next_prompt
         self.model = model
         return run
+
+    async def _start(
+        self, store: FileStore | JetStreamStore, prompt: str, options: RunOptions
+    ) -> Run:
+        """A new session: `--name` (else a new id) for the chat's first, and after a /reset
+        the first of NAME-2, NAME-3, … not taken yet; a store refuses to create a session that
+        exists (`SessionExistsError`), so no journal is ever reopened or overwritten."""
+        name = self.args.name
+        if name is None or self.run is None:
+            return await start_session(self.config, prompt, store, options, run_id=name, chat=True)
+        while True:
+            self.number += 1
+            run_id = derived_id(name, self.number)
+            try:
+                return await start_session(
+                    self.config, prompt, store, options, run_id=run_id, chat=True
+                )
+            except SessionExistsError:
+                say(f"fisk-sm: session {run_id} exists already; trying the next id")
 
     async def next_prompt(self) -> str | None:
         """The run's input source: the next line typed, None to end the chat."""
@@ -283,16 +320,30 @@ class Chat:
         else:
             task.cancel()
 
-    async def drive(self, run: Run) -> str:
-        """Run the chat's run to its end, Ctrl-C interrupting a turn."""
-        self.run = run
-        task = asyncio.ensure_future(run.run())
+    def _arm(self) -> None:
+        """Install the chat's SIGINT and SIGTERM handlers while a run is driven (else nothing).
+
+        Called again after each line read: prompt_toolkit's `prompt_async` sets its own SIGINT
+        handler on the loop while it reads, and on return removes the loop's SIGINT handler
+        (`loop.remove_signal_handler`), so from the second turn on Ctrl-C went nowhere.
+        """
+        task = self.task
+        if task is None:
+            return
         loop = asyncio.get_running_loop()
         for signum in SIGNALS:
             loop.add_signal_handler(signum, self._on_signal, signum, task)
+
+    async def drive(self, run: Run) -> str:
+        """Run the chat's run to its end, Ctrl-C interrupting a turn."""
+        self.run = run
+        task = self.task = asyncio.ensure_future(run.run())
+        loop = asyncio.get_running_loop()
+        self._arm()
         try:
             return await task
         finally:
+            self.task = None
             for signum in SIGNALS:
                 loop.remove_signal_handler(signum)
             await run.aclose()
