@@ -50,6 +50,7 @@ RUN_ROUTES = [
     ("POST", "/api/runs/{}/suspend"),
     ("POST", "/api/runs/{}/resume"),
     ("POST", "/api/runs/{}/abort"),
+    ("POST", "/api/runs/{}/end"),
     ("POST", "/api/runs/{}/say"),
     ("POST", "/api/runs/{}/approvals/*"),
 ]

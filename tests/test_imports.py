@@ -33,6 +33,7 @@ STDLIB = frozenset(sys.stdlib_module_names)
 #: (until a model client is built) and every extra.
 NOT_IN_THE_CORE = (
     "fisk_sm.cli",
+    "fisk_sm.client",
     "fisk_sm.supervisor",
     "starlette",
     "uvicorn",
@@ -56,6 +57,10 @@ CTL_MODULES = {
     "fisk_sm.cli.ctl",
     "fisk_sm.cli.ctl_client",
     "fisk_sm.cli.ctl_format",
+    "fisk_sm.client",
+    "fisk_sm.client.errors",
+    "fisk_sm.client.locate",
+    "fisk_sm.client.sse",
     "fisk_sm.config",
     "fisk_sm.config.lazy",
     "fisk_sm.journal",

@@ -9,7 +9,8 @@ from pathlib import Path
 import fisk_sm
 
 PACKAGE = Path(fisk_sm.__file__).parent
-#: Bottom to top. `testing` (the fake API) sits just below the command line that serves it.
+#: Bottom to top. `testing` (the fake API) sits just below the command line that serves it;
+#: `client` (of the control API) below `ctl`, which shares its URL and token lookup.
 LAYERS = [
     "config",
     "events",
@@ -20,6 +21,7 @@ LAYERS = [
     "tools",
     "loop",
     "testing",
+    "client",
     "supervisor",
     "cli",
 ]

@@ -176,17 +176,17 @@ def test_the_openapi_document_is_valid_and_covers_every_route(tmp_path: Path) ->
 
 
 def test_a_slow_subscriber_misses_events_with_a_note() -> None:
-    async def main() -> list[tuple[str, str]]:
+    async def main() -> list[tuple[int, str, str]]:
         subscriber = Subscriber(None, size=3)
         for n in range(5):
-            subscriber.offer("r", ("StateEntered", json.dumps({"n": n})))
+            subscriber.offer("r", (n + 1, "StateEntered", json.dumps({"n": n})))
         subscriber.queue.get_nowait()  # the reader takes one ...
         subscriber.close()  # ... and the stream ends after the rest
         return [item async for item in subscriber.items()]
 
     items = asyncio.run(main())
-    assert items[0] == (DROPPED, json.dumps({"type": DROPPED, "run_id": None, "dropped": 2}))
-    assert [json.loads(d)["n"] for _, d in items[1:]] == [1, 2]
+    assert items[0] == (1, DROPPED, json.dumps({"type": DROPPED, "run_id": None, "dropped": 2}))
+    assert [json.loads(d)["n"] for _, _, d in items[1:]] == [1, 2]
 
 
 @pytest.mark.parametrize(
@@ -326,8 +326,8 @@ async def test_the_stream_tells_a_run_ended_with_its_last_run_event(tmp_path: Pa
             updates = []
             while not subscriber.queue.empty():
                 item = subscriber.queue.get_nowait()
-                if item is not None and item[0] in ("RunSubmitted", "RunUpdated"):
-                    updates.append(json.loads(item[1]))
+                if item is not None and item[1] in ("RunSubmitted", "RunUpdated"):
+                    updates.append(json.loads(item[2]))
             assert updates[-1]["status"] == "completed", updates[-1]
             assert updates[-1]["state"] == "completed" and updates[-1]["answer"] == "seen"
 

@@ -26,9 +26,8 @@ from fisk_sm.cli.ctl_client import (
     EXIT_UNAVAILABLE,
     Client,
     CtlError,
-    default_url,
+    EventFeed,
     parse_json,
-    read_events,
 )
 from fisk_sm.cli.ctl_format import (
     approvals_table,
@@ -37,7 +36,10 @@ from fisk_sm.cli.ctl_format import (
     runs_table,
     show_run,
 )
+from fisk_sm.cli.ctl_scripts import add_script_commands, run_script_command
 from fisk_sm.cli.helpformat import HelpFormatter, RawDescriptionHelpFormatter
+from fisk_sm.client.locate import default_token, default_url
+from fisk_sm.client.sse import data_fields
 from fisk_sm.journal.ids import run_id_problem
 from fisk_sm.operator.sanitize import for_terminal, sanitize, say
 
@@ -56,9 +58,6 @@ __all__ = [
     "cmd_ctl",
     "default_url",
 ]
-
-ANSWERS = ("once", "always", "deny")
-
 
 #: A tool_use id as the API gives them (`toolu_...`, or the desk's `call-N`).
 _TOOL_USE_ID = re.compile(r"[A-Za-z0-9_-]{1,256}")
@@ -102,7 +101,7 @@ def _run_command(client: Client, args: argparse.Namespace) -> int:
         raw = client.call("GET", "/api/runs")
     elif command == "show":
         raw = client.call("GET", _run_path(args.run))
-    elif command in ("suspend", "resume", "abort"):
+    elif command in ("suspend", "resume", "abort", "end"):
         raw = client.call("POST", _run_path(args.run, command))
     elif command == "say":
         raw = client.call("POST", _run_path(args.run, "say"), {"text": args.text})
@@ -148,55 +147,65 @@ def _stopped(name: str, fields: dict[str, Any]) -> bool:
     return name in RUN_EVENTS and fields.get("status") not in ACTIVE
 
 
+def _waiting(client: Client, args: argparse.Namespace) -> set[str]:
+    """The runs (RUN, with --run) that are queued or running now."""
+    if args.run:
+        runs = [parse_json(client.call("GET", _run_path(args.run)))]
+    else:
+        listing = parse_json(client.call("GET", "/api/runs"))
+        runs = listing.get("runs") or [] if isinstance(listing, dict) else []
+    return {str(r.get("run_id")) for r in runs if isinstance(r, dict) and r.get("status") in ACTIVE}
+
+
 def _events(client: Client, args: argparse.Namespace) -> int:
     """`ctl events`: one line per event. With --follow, until interrupted; without, until
-    every run that was queued or running (or RUN, with --run) has stopped."""
-    import json
+    every run that was queued or running (or RUN, with --run) has stopped. A dropped stream is
+    opened again after the last event printed (`EventFeed`); on a gap (events lost) a note says
+    what to reload, and without --follow the runs waited for are read again."""
     import urllib.parse
 
     if args.run:
         _run_path(args.run)  # the same check as every other RUN
     query = "?" + urllib.parse.urlencode({"run": args.run}) if args.run else ""
-    with client.stream("/api/events" + query) as response:
-        waiting: set[str] | None = None
-        if args.follow:  # subscribed: from here on no event is missed
-            say(f"fisk-sm ctl: following the events of {client.url} (interrupt to stop)")
-        else:  # subscribed before listing: no run can stop unseen in between
-            if args.run:
-                runs = [parse_json(client.call("GET", _run_path(args.run)))]
-            else:
-                listing = parse_json(client.call("GET", "/api/runs"))
-                runs = listing.get("runs") or [] if isinstance(listing, dict) else []
-            runs = [r for r in runs if isinstance(r, dict)]
-            waiting = {str(r.get("run_id")) for r in runs if r.get("status") in ACTIVE}
-            if not waiting:
-                return 0
-            say(f"fisk-sm ctl: the events of {client.url} until {len(waiting)} run(s) stop")
-        for name, data in read_events(response):
-            try:
-                fields = json.loads(data)
-            except ValueError:
-                fields = {"data": data}
-            if not isinstance(fields, dict):
-                fields = {"data": fields}
-            if args.json:
-                _out(for_terminal(" ".join(data.splitlines()), sys.stdout))
-            else:
-                _out(event_line(name, fields))
-            if waiting is not None and _stopped(name, fields):
-                waiting.discard(str(fields.get("run_id")))
-                if not waiting:
-                    return 0
-    raise CtlError(f"the supervisor at {client.url} closed the event stream", EXIT_UNAVAILABLE)
+    feed = EventFeed(client, "/api/events" + query)
+    feed.open()  # subscribed: from here on no event is missed
+    waiting: set[str] | None = None
+    if args.follow:
+        say(f"fisk-sm ctl: following the events of {client.url} (interrupt to stop)")
+    else:  # subscribed before listing: no run can stop unseen in between
+        waiting = _waiting(client, args)
+        if not waiting:
+            feed.close()
+            return 0
+        say(f"fisk-sm ctl: the events of {client.url} until {len(waiting)} run(s) stop")
+    for _, name, data in feed:
+        fields = data_fields(data)
+        if args.json:
+            _out(for_terminal(" ".join(data.splitlines()), sys.stdout))
+        else:
+            _out(event_line(name, fields))
+        if name in ("EventsGap", "EventsDropped"):
+            say(
+                f"fisk-sm ctl: events were lost ({sanitize(str(fields.get('reason') or name))});"
+                " reload the runs and approvals: fisk-sm ctl ls; fisk-sm ctl approvals"
+            )
+            if waiting is not None:  # a run may have stopped unseen: ask again
+                waiting &= _waiting(client, args)
+        elif waiting is not None and _stopped(name, fields):
+            waiting.discard(str(fields.get("run_id")))
+        if waiting is not None and not waiting:
+            return 0
+    raise AssertionError("unreachable: the feed gives up with a CtlError")
 
 
 def cmd_ctl(args: argparse.Namespace) -> int:
     """`fisk-sm ctl COMMAND`: one line on stderr and an exit code for any failure."""
     try:
-        client = Client(args.url or default_url(), args.token or os.environ.get("FISK_SM_TOKEN"))
+        client = Client(args.url or default_url(), args.token or default_token())
         if args.ctl_command == "events":
             return _events(client, args)
-        return _run_command(client, args)
+        code = run_script_command(client, args, _run_path)  # wait, approve (--all)
+        return _run_command(client, args) if code is None else code
     except CtlError as e:
         say(f"fisk-sm ctl: {e}")
         return e.code
@@ -217,11 +226,17 @@ commands:
   approvals                               the approvals waiting for an answer
   approve RUN TOOL_USE_ID once|always|deny
                                           answer one
+  approve --all [--tool T] [--run RUN] once|always|deny
+                                          answer every pending approval that matches
+  wait RUN... [--until done|parked] [--timeout S]
+                                          wait until the runs are done (or parked)
+  end RUN                                 end a chat as completed (at its next prompt)
   events [--follow] [--run RUN]           the event stream, one line per event, until
                                           the runs stop (or for ever, --follow)
 
 exit codes: 0 ok, 1 the server said no (unknown run, wrong state), 2 bad input,
-69 cannot connect to the supervisor, 77 the token was refused.
+69 cannot connect to the supervisor, 77 the token was refused; `wait` also: 3 a run did not
+get there (ended otherwise), 124 the timeout passed (see `ctl wait --help`).
 """
 
 
@@ -300,22 +315,17 @@ def add_ctl_parser(subparsers: Any) -> argparse.ArgumentParser:
     ):
         command(name, short, what).add_argument("run", metavar="RUN", help="the run id")
     command("approvals", "list pending approvals", "The tool calls waiting for an operator.")
-    approve = command(
-        "approve",
-        "answer a pending approval",
-        "Answer the approval of tool call TOOL_USE_ID of RUN: once (run it), always (run it and"
-        " every later call of that tool in the run), deny (the model gets the denial result).",
-    )
-    approve.add_argument("run", metavar="RUN", help="the run id")
-    approve.add_argument("tool_use_id", metavar="TOOL_USE_ID", help="the pending tool call's id")
-    approve.add_argument("answer", choices=ANSWERS, help="once, always or deny")
+    add_script_commands(command)  # approve (one, or --all), wait, end
     events = command(
         "events",
         "print the event stream",
         "Print the supervisor's events as they happen, one line each: `HH:MM:SS RUN EventType"
         " key=value...` (--json: the server's JSON object, one a line). With --follow it waits"
         " for more until interrupted; without, it stops once every run that was queued or"
-        " running (or RUN, with --run) has stopped: parked for an approval, suspended or ended.",
+        " running (or RUN, with --run) has stopped: parked for an approval, suspended or ended."
+        " A dropped stream is opened again after the last event printed (a note on stderr;"
+        " exit 69 after 8 failures in a row); if events were lost meanwhile it prints"
+        " EventsGap and a note to reload (ctl ls, ctl approvals).",
     )
     events.add_argument("--follow", "-f", action="store_true", help="keep waiting for events")
     events.add_argument("--run", metavar="RUN", help="only this run's events")

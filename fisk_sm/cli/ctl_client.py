@@ -4,14 +4,16 @@
 exit code it means: 69 no supervisor answered at the URL (refused, unreachable, timed out),
 77 the token was refused (401, 403), 2 the server refused the input (400, 413 too large), 1 any
 other refusal (404 unknown run or approval, 409 wrong state, 421 a Host the supervisor does not
-answer under). `read_events` parses a text/event-stream as it comes.
+answer under). `read_sse` parses a text/event-stream as it comes. The URL and token are found
+by `fisk_sm.client.locate`, the exit codes are `fisk_sm.client.errors`' (the Python client's).
 """
 
 from __future__ import annotations
 
-import os
-
-from fisk_sm.operator.sanitize import sanitize
+from fisk_sm.client.errors import EXIT_NOPERM, EXIT_UNAVAILABLE, exit_code
+from fisk_sm.client.locate import DEFAULT_URL, default_url, token_problem, url_problem
+from fisk_sm.client.sse import SseParser
+from fisk_sm.operator.sanitize import sanitize, say
 
 # `ctl --help` imports this module and needs none of json, urllib, pathlib or typing (together
 # some 8 ms, a third of a bare interpreter): each is imported where it is first used.
@@ -29,16 +31,13 @@ __all__ = [
     "EXIT_UNAVAILABLE",
     "Client",
     "CtlError",
+    "EventFeed",
     "default_url",
     "parse_json",
     "read_events",
+    "read_sse",
 ]
 
-DEFAULT_URL = "http://127.0.0.1:8765"
-#: No supervisor answered (sysexits.h EX_UNAVAILABLE).
-EXIT_UNAVAILABLE = 69
-#: The supervisor refused the token (sysexits.h EX_NOPERM).
-EXIT_NOPERM = 77
 #: How long a request (not the event stream) may wait for its answer.
 TIMEOUT = 30.0
 
@@ -51,38 +50,18 @@ class CtlError(Exception):
         self.code = code
 
 
-def default_url(env: dict[str, str] | None = None) -> str:
-    """`$FISK_SM_URL`, else the URL in the default sessions directory's `supervisor.url`
-    (`$XDG_STATE_HOME/fisk-sm/runs`), else 127.0.0.1:8765."""
-    env = dict(os.environ) if env is None else env
-    if env.get("FISK_SM_URL"):
-        return env["FISK_SM_URL"]
-    from fisk_sm.journal.statedir import default_directory
-
-    try:  # where `supervise` writes it with the default sessions directory
-        written = (default_directory(env) / "supervisor.url").read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        written = ""
-    return written.strip() or DEFAULT_URL
-
-
 def _checked_url(url: str) -> str:
     """`url` without a trailing slash, or a CtlError (exit 2) naming --url."""
-    import urllib.parse
-
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise CtlError(f"--url: not an http(s) URL: {sanitize(url, 200)}", 2)
-    try:
-        parts.port  # noqa: B018 - the property validates the port
-    except ValueError:
-        raise CtlError(f"--url: bad port in {sanitize(url, 200)}", 2) from None
+    problem = url_problem(url)
+    if problem is not None:
+        raise CtlError(f"--url: {problem}", 2)
     return url.rstrip("/")
 
 
 def _checked_token(token: str) -> str:
-    if any(ord(c) < 0x21 or ord(c) > 0x7E for c in token):
-        raise CtlError("--token: only printable ASCII without spaces is allowed", 2)
+    problem = token_problem(token)
+    if problem is not None:
+        raise CtlError(f"--token: {problem}", 2)
     return token
 
 
@@ -131,11 +110,13 @@ class Client:
             except OSError as e:  # a timeout too
                 raise CtlError(f"{self.url}: the answer broke off: {e}", EXIT_UNAVAILABLE) from None
 
-    def stream(self, path: str) -> Any:
-        """The open response of the event stream at `path` (once subscribed, before any event):
-        read it with `_sse`."""
+    def stream(self, path: str, last_event_id: str | None = None) -> Any:
+        """The open response of the event stream at `path` (once subscribed, before any event),
+        after `last_event_id` if given: read it with `read_sse`."""
         request = self._request("GET", path, None)
         request.add_header("Accept", "text/event-stream")
+        if last_event_id:
+            request.add_header("Last-Event-ID", last_event_id)
         return self._open(request, None)
 
 
@@ -148,30 +129,95 @@ def _refusal(error: urllib.error.HTTPError) -> CtlError:
     except (ValueError, KeyError, TypeError, OSError):
         message = str(error.reason)
     status = error.code
-    code = {400: 2, 401: EXIT_NOPERM, 403: EXIT_NOPERM, 413: 2}.get(status, 1)
-    return CtlError(f"the supervisor answered {status}: {sanitize(message, 300)}", code)
+    return CtlError(
+        f"the supervisor answered {status}: {sanitize(message, 300)}", exit_code(status)
+    )
+
+
+def read_sse(lines: Any) -> Iterator[tuple[str | None, str, str]]:
+    """Parse a text/event-stream: each event's id (None without one), name (default "message")
+    and joined data lines."""
+    parser = SseParser()
+    for raw in lines:
+        event = parser.feed(raw)
+        if event is not None:
+            yield event
+    last = parser.end()
+    if last is not None:
+        yield last
 
 
 def read_events(lines: Any) -> Iterator[tuple[str, str]]:
     """Parse a text/event-stream: each event's name (default "message") and joined data lines."""
-    name, data = "", list[str]()
-    for raw in lines:
-        line = raw.decode("utf-8", "replace").rstrip("\r\n")
-        if not line:
-            if data:
-                yield name or "message", "\n".join(data)
-            name, data = "", list[str]()
-        elif line.startswith(":"):
-            continue  # a comment: the server's keep-alive
-        else:
-            field, _, value = line.partition(":")
-            value = value.removeprefix(" ")
-            if field == "event":
-                name = value
-            elif field == "data":
-                data.append(value)
-    if data:
-        yield name or "message", "\n".join(data)
+    for _, name, data in read_sse(lines):
+        yield name, data
+
+
+#: Reconnections in a row `EventFeed` tries before it gives up (exit 69), the first pause and
+#: the longest (some 20 s in all: a supervisor restarting, a proxy's hiccup).
+RETRIES, BACKOFF, MOST = 8, 0.2, 5.0
+
+
+class EventFeed:
+    """The event stream at `path`, read as (id, name, data); a dropped connection is opened
+    again with the id of the last event read (a one-line note on stderr), so that the server
+    replays what was missed or says `EventsGap`. Gives up (CtlError, exit 69) after `RETRIES`
+    failed reconnections in a row. `open()` subscribes before the first event is read."""
+
+    def __init__(self, client: Client, path: str) -> None:
+        self.client, self.path = client, path
+        self.last_id: str | None = None
+        self.response: Any = None
+
+    def open(self) -> None:
+        """Subscribe (again, after the last id read)."""
+        self.response = self.client.stream(self.path, self.last_id)
+
+    def close(self) -> None:
+        """Drop the connection."""
+        if self.response is not None:
+            self.response.close()
+            self.response = None
+
+    def __iter__(self) -> Iterator[tuple[str | None, str, str]]:
+        import http.client
+        import time
+
+        failures, first = 0, ""
+        try:
+            while True:
+                try:
+                    if self.response is None:
+                        self.open()
+                    for event in read_sse(self.response):
+                        if event[0]:
+                            self.last_id = event[0]
+                        if event[1] != "EventsGap":
+                            failures, first = 0, ""  # it works again: retries start afresh
+                        yield event
+                    why = "closed the event stream"
+                except CtlError as e:
+                    if e.code != EXIT_UNAVAILABLE:
+                        raise  # refused (a token, a bad id): no retry will help
+                    why = str(e)
+                except (OSError, http.client.HTTPException) as e:
+                    why = f"broke off the event stream ({e.__class__.__name__}: {e})"
+                self.close()
+                first, failures = first or why, failures + 1
+                if failures > RETRIES:
+                    raise CtlError(
+                        f"the supervisor at {self.client.url} {first}; {RETRIES}"
+                        f" reconnection(s) failed (last: {sanitize(why, 200)})",
+                        EXIT_UNAVAILABLE,
+                    )
+                delay = min(BACKOFF * 2.0 ** (failures - 1), MOST)
+                say(
+                    f"fisk-sm ctl: the supervisor at {self.client.url} {sanitize(why, 200)};"
+                    f" reconnecting after event {self.last_id or '(none yet)'} in {delay:.1f}s"
+                )
+                time.sleep(delay)
+        finally:
+            self.close()
 
 
 def parse_json(body: bytes) -> Any:

@@ -139,6 +139,13 @@ def add_supervise_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser
         help="also allow submitted runs to use the agent.yaml files directly in DIR; repeatable",
     )
     parser.add_argument(
+        "--event-buffer",
+        type=int,
+        default=4096,
+        metavar="N",
+        help="the last N events held for event readers that reconnect (default 4096)",
+    )
+    parser.add_argument(
         "--otel",
         action="store_true",
         help="export OpenTelemetry traces of every run over OTLP/HTTP (where:"
@@ -183,6 +190,8 @@ def cmd_supervise(args: argparse.Namespace) -> int:
     """Run the supervisor until a signal."""
     if args.concurrency < 1:
         raise UsageError(f"--concurrency: must be at least 1, not {args.concurrency}")
+    if args.event_buffer < 0:
+        raise UsageError(f"--event-buffer: must be at least 0, not {args.event_buffer}")
     token = _token(args)
     try:
         host, port = parse_listen(args.listen)
@@ -200,7 +209,11 @@ def cmd_supervise(args: argparse.Namespace) -> int:
     except ListenError as exc:
         raise UsageError(str(exc)) from None
     app = functools.partial(
-        build_app, token=token, hosts=served_hosts(sock, host, extra), config_dirs=dirs
+        build_app,
+        token=token,
+        hosts=served_hosts(sock, host, extra),
+        config_dirs=dirs,
+        event_buffer=args.event_buffer,
     )
     export = telemetry_export(config, flag=args.otel)  # one adapter for every run
     options = None if export is None else RunOptions(events=export.events)
@@ -293,12 +306,17 @@ async def _main_cluster(
                 await asyncio.to_thread(write_url, args.state_dir / "supervisor.url", url)
             say(f"fisk-sm supervise: {settings.owner} listening on {url}")
             await stop.wait()
-            marked = await supervisor.shutdown()
+            await supervisor.shutdown()
             server.should_exit = True
             await serving
+            left = supervisor.leftover()
     except JournalError as exc:  # the session stream is missing or set up wrongly
         raise UsageError(f"--nats: {exc}") from None
-    say(f"fisk-sm supervise: stopped; {len(marked)} run(s) released to the other supervisors")
+    say(
+        f"fisk-sm supervise: stopped; {left.resuming} run(s) released to the other"
+        f" supervisors, {left.parked} parked for an approval, {left.suspended} suspended by an"
+        " operator"
+    )
     return 0
 
 
@@ -326,12 +344,12 @@ async def _main(
     if resumed:
         say(f"fisk-sm supervise: resumed {len(resumed)} run(s)")
     await stop.wait()
-    marked = await supervisor.shutdown()
+    await supervisor.shutdown()
     server.should_exit = True
     await serving
-    parked = sum(supervisor.get(r).status == "parked" for r in marked)
+    left = supervisor.leftover()  # the next start resumes, leaves parked, leaves suspended
     say(
-        f"fisk-sm supervise: stopped; {len(marked) - parked} run(s) will resume on the next"
-        f" start, {parked} wait(s) for an approval"
+        f"fisk-sm supervise: stopped; {left.resuming} run(s) will resume on the next start,"
+        f" {left.parked} parked for an approval, {left.suspended} suspended by an operator"
     )
     return 0

@@ -35,7 +35,8 @@ from fisk_sm.operator.sanitize import say as log_line
 from fisk_sm.supervisor.bodies import BadRequest, field, read_object
 from fisk_sm.supervisor.confine import ConfigDirs, NotAllowed
 from fisk_sm.supervisor.desk import ANSWERS
-from fisk_sm.supervisor.hub import EventHub, Subscriber
+from fisk_sm.supervisor.ending import end_chat
+from fisk_sm.supervisor.hub import EventHub, Subscriber, parse_event_id
 from fisk_sm.supervisor.methods import MethodGuard, allowed_methods, not_allowed
 from fisk_sm.supervisor.openapi import openapi_document
 from fisk_sm.supervisor.page import DASHBOARD, Page, load_page
@@ -104,27 +105,43 @@ class ControlApp(Starlette):
 
 
 class EventStream(EventSourceResponse):
-    """The event stream of `hub` (one run's, or all): subscribed only while the response runs,
-    and unsubscribed however it ends. (Subscribing in the handler leaked the subscriber of a
-    `HEAD`, which sse_starlette answers without ever starting the stream.)"""
+    """The event stream of `hub` (one run's, or all), each event with its `id:`, after the
+    held events that came `after` the given id (or a gap note): subscribed only while the
+    response runs, and unsubscribed however it ends. (Subscribing in the handler leaked the
+    subscriber of a `HEAD`, which sse_starlette answers without ever starting the stream.)"""
 
-    def __init__(self, hub: EventHub, run_id: str | None) -> None:
-        self.hub, self.run_id = hub, run_id
+    def __init__(self, hub: EventHub, run_id: str | None, after: str | None = None) -> None:
+        self.hub, self.run_id, self.after = hub, run_id, after
         self.subscriber: Subscriber | None = None
         super().__init__(self._items(), ping=15)
 
     async def _items(self) -> AsyncIterator[dict[str, str]]:
         assert self.subscriber is not None  # set by __call__ before the stream starts
-        async for name, data in self.subscriber.items():
-            yield {"event": name, "data": data}
+        async for seq, name, data in self.subscriber.items():
+            yield {"id": self.hub.event_id(seq), "event": name, "data": data}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Subscribe, answer, unsubscribe (a client gone, a HEAD, the hub closed)."""
-        self.subscriber = self.hub.subscribe(self.run_id)
+        self.subscriber = self.hub.subscribe(self.run_id, self.after)
         try:
             await super().__call__(scope, receive, send)
         finally:
             self.hub.unsubscribe(self.subscriber)
+
+
+def _last_event_id(request: Request) -> str | None:
+    """The id a reconnecting reader got last: the `Last-Event-ID` header (an EventSource's),
+    else the `last_event_id` query parameter; empty is none (what EventSource sends before
+    any id); not `<hex>-<int>` is a BadRequest naming where it came from."""
+    for where, value in (
+        ("Last-Event-ID", request.headers.get("last-event-id")),
+        ("last_event_id", request.query_params.get("last_event_id")),
+    ):
+        if value:
+            if parse_event_id(value) is None:
+                raise BadRequest(f"{where}: not an event id (<hex>-<number>): {value[:80]!r}")
+            return value
+    return None
 
 
 def build_app(
@@ -133,11 +150,15 @@ def build_app(
     *,
     hosts: Iterable[str] = ANY_LOOPBACK,
     config_dirs: ConfigDirs | None = None,
+    event_buffer: int | None = None,
 ) -> ControlApp:
     """The control API of `supervisor`: served under `hosts` (`host:port` forms, `host:*` for
-    any port), every route needing `token` if given, run configs confined to `config_dirs`
+    any port), every route needing `token` if given, the last `event_buffer` events held for
+    readers that reconnect (default: the hub's), run configs confined to `config_dirs`
     (default: the directory of the supervisor's agent.yaml)."""
     dirs = config_dirs
+    if event_buffer is not None:
+        supervisor.hub.resize(event_buffer)
 
     async def confined(text: str) -> str:
         nonlocal dirs
@@ -230,6 +251,12 @@ def build_app(
         assert text is not None
         return JSONResponse((await supervisor.say(run_id, text)).to_json(), status_code=202)
 
+    async def end(request: Request) -> Response:
+        run_id = _run_id(request)
+        await read_object(request)  # {} like the other actions
+        tracked = end_chat(supervisor.get(run_id))  # it ends at its (next) prompt
+        return JSONResponse(tracked.to_json(), status_code=202)
+
     async def events(request: Request) -> Response:
         run_id = request.query_params.get("run")
         if run_id is not None:
@@ -238,7 +265,7 @@ def build_app(
             except InvalidIdError as exc:
                 raise BadRequest(f"run: {exc}") from None
             supervisor.get(run_id)
-        return EventStream(supervisor.hub, run_id)
+        return EventStream(supervisor.hub, run_id, _last_event_id(request))
 
     async def openapi(request: Request) -> Response:
         return JSONResponse(openapi_document())
@@ -263,6 +290,7 @@ def build_app(
         Route("/api/runs/{run_id}/resume", _errors(action("resume")), methods=["POST"]),
         Route("/api/runs/{run_id}/abort", _errors(action("abort")), methods=["POST"]),
         Route("/api/runs/{run_id}/say", _errors(say), methods=["POST"]),
+        Route("/api/runs/{run_id}/end", _errors(end), methods=["POST"]),
         Route("/api/approvals", _errors(approvals), methods=["GET"]),
         Route("/api/runs/{run_id}/approvals/{tool_use_id}", _errors(answer), methods=["POST"]),
         Route("/api/events", _errors(events), methods=["GET"]),

@@ -3,25 +3,26 @@
 `ClusterTracked` is a `Tracked` that knows the lease bucket: a run driven here shows as usual,
 a run of another supervisor shows its journal's fold (from the JetStream store) with the status
 its lease gives it (`running` while its owner's lease is live), and every run names its
-`owner`. `RemoteRuns` keeps those of other supervisors, re-read at most every `MAX_AGE` seconds
-and only when a session has grown, plus the runs submitted here that no supervisor has started
-yet (`queued`).
+`owner` and its `name` from the lease bucket (which keeps an ended run's lease, held `ended`,
+for that). `RemoteRuns` keeps those of other supervisors, re-read at most every `MAX_AGE`
+seconds and only when a session has grown (a run's fold is cached until its journal changes),
+plus the runs submitted here that no supervisor has started yet (`queued`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
 
 from fisk_sm.config.agent import AgentConfig
 from fisk_sm.config.states import States
 from fisk_sm.journal.base import JournalError
 from fisk_sm.journal.jetstream import JetStreamStore
 from fisk_sm.supervisor.hub import EventHub, RunSink
-from fisk_sm.supervisor.lease import ABORTED, Lease, LeaseView
+from fisk_sm.supervisor.lease import ABORTED, ENDED, OPERATOR_SUSPENDED, Lease, LeaseView
 from fisk_sm.supervisor.registry import RegistryEntry
-from fisk_sm.supervisor.tracked import ENDED, Tracked
+from fisk_sm.supervisor.tracked import ENDED as ENDED_STATES
+from fisk_sm.supervisor.tracked import Tracked
 
 __all__ = ["MAX_AGE", "ClusterTracked", "NoRegistry", "RemoteRuns", "epoch"]
 
@@ -77,17 +78,27 @@ class ClusterTracked(Tracked):
         shown = super().status
         if lease is not None and lease.hold == ABORTED:
             return "aborted"
-        if shown in ENDED or lease is None or lease.expired():
+        if lease is not None and lease.hold == OPERATOR_SUSPENDED and shown == "parked":
+            return "suspended"  # as `Tracked.status` says of its own runs
+        if shown in ENDED_STATES or lease is None or lease.expired():
             return shown
         return "parked" if self.state == States.AWAITING_APPROVAL else "running"
 
-    def to_json(self) -> dict[str, Any]:
-        """The API's `Run` object, with the run's `owner` ("" while nobody drives it)."""
-        shown = super().to_json()
-        snapshot = self.snapshot
-        if not self.here and snapshot is not None and snapshot.state == States.COMPLETED:
-            shown["answer"] = snapshot.data().answer()
-        return {**shown, "owner": self.view.owner(self.entry.run_id)}
+    @property
+    def name(self) -> str:
+        """The run's name as its lease says (the lease outlives the run: `lease.ENDED`), else
+        as it was submitted here: right on every supervisor, not only the one that took it."""
+        value = self.view.leases.get(self.entry.run_id)
+        return value.name if value is not None and value.name else self.entry.name
+
+    @property
+    def owner(self) -> str:
+        """The supervisor whose live lease drives the run, or that drove it to its end; ""
+        while none does."""
+        value = self.view.leases.get(self.entry.run_id)
+        if value is not None and value.hold == ENDED:
+            return value.owner
+        return self.view.owner(self.entry.run_id)
 
 
 class RemoteRuns:
@@ -130,9 +141,9 @@ class RemoteRuns:
                 except JournalError:
                     continue
                 lease = self.view.leases.get(info.run_id)
-                name = (lease.name if lease is not None else "") or info.run_id
                 config = lease.config if lease is not None else ""
-                entry = RegistryEntry(info.run_id, name, config, epoch(snapshot.created))
+                # the name: the lease's, when the row is shown (`ClusterTracked.name`)
+                entry = RegistryEntry(info.run_id, info.run_id, config, epoch(snapshot.created))
                 tracked = self._tracked(entry)
                 tracked.snapshot, tracked.records = snapshot, info.records
                 self.runs[info.run_id] = tracked

@@ -5,25 +5,55 @@ every event to the hub as `(name, JSON text)`: the JSON Lines adapter's fields, 
 the event's class name. A subscriber (one `GET /api/events`) gets a bounded queue: a slow
 reader never blocks the runs; it misses events instead, and is told how many before the next
 one it gets (an `EventsDropped` note).
+
+Every event gets an id, `<boot>-<seq>`: `boot` a random hex token of this hub (so an id of
+another process is never taken for ours), `seq` counting from 1 over every run. The hub keeps
+the last `buffer` events, so that a reader that lost its connection can resubscribe `after` the
+last id it got and miss nothing; if what it missed is no longer held (or the id is another
+boot's) its stream starts with an `EventsGap` note instead: reload the listing.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
+import secrets
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from fisk_sm.events.adapters import event_fields
 from fisk_sm.events.types import Event, StateEntered
 
-__all__ = ["DROPPED", "EventHub", "RunSink", "Subscriber", "event_json"]
+__all__ = [
+    "BUFFER",
+    "DROPPED",
+    "GAP",
+    "EventHub",
+    "RunSink",
+    "Subscriber",
+    "event_json",
+    "parse_event_id",
+]
 
 #: The note a subscriber gets after it missed events.
 DROPPED = "EventsDropped"
+#: The note a resumed subscriber gets first when events after its last id are lost.
+GAP = "EventsGap"
 QUEUE_SIZE = 1000
+#: How many of the last events the hub keeps for readers that reconnect.
+BUFFER = 4096
+_ID = re.compile(r"([0-9a-fA-F]{1,64})-([0-9]{1,19})")
 
-Item = tuple[str, str]
+#: An event as a subscriber gets it: (seq, name, JSON text).
+Item = tuple[int, str, str]
+
+
+def parse_event_id(text: str) -> tuple[str, int] | None:
+    """`(boot, seq)` of an event id `<hex>-<int>`, or None if `text` is not one."""
+    found = _ID.fullmatch(text)
+    return None if found is None else (found.group(1).lower(), int(found.group(2)))
 
 
 def event_json(event: Event) -> dict[str, Any]:
@@ -32,16 +62,24 @@ def event_json(event: Event) -> dict[str, Any]:
 
 
 class Subscriber:
-    """One reader of the stream: a bounded queue, optionally of one run's events."""
+    """One reader of the stream: a bounded queue, optionally of one run's events, after
+    `replay` (the held events it missed, or a gap note)."""
 
-    def __init__(self, run_id: str | None, size: int = QUEUE_SIZE) -> None:
+    def __init__(
+        self, run_id: str | None, size: int = QUEUE_SIZE, replay: list[Item] | None = None
+    ) -> None:
         self.run_id = run_id
         self.queue: asyncio.Queue[Item | None] = asyncio.Queue(size)
         self.dropped = 0
+        self.replay = replay or []
+
+    def wants(self, run_id: str) -> bool:
+        """Whether this subscriber reads `run_id`'s events."""
+        return self.run_id in (None, run_id)
 
     def offer(self, run_id: str, item: Item) -> None:
         """Queue `item` unless it is another run's or the queue is full (then count it)."""
-        if self.run_id not in (None, run_id):
+        if not self.wants(run_id):
             return
         try:
             self.queue.put_nowait(item)
@@ -58,39 +96,87 @@ class Subscriber:
             self.queue.put_nowait(None)
 
     async def items(self) -> AsyncIterator[Item]:
-        """The queued items as they come, a drop note first when some were missed."""
+        """The replayed items, then the queued ones as they come (none twice), a drop note
+        first when some were missed."""
+        last = 0
+        for item in self.replay:
+            last = item[0]
+            yield item
+        self.replay = []
         while True:
-            item = await self.queue.get()
-            if item is None:
+            queued = await self.queue.get()
+            if queued is None:
                 return
+            item = queued
+            if item[0] <= last:  # replayed already (the queue was filled while replaying)
+                continue
             if self.dropped:
                 note = {"type": DROPPED, "run_id": self.run_id, "dropped": self.dropped}
                 self.dropped = 0
-                yield DROPPED, json.dumps(note)
+                # the note's id: resuming from it goes on with this item (the drop is told)
+                yield item[0] - 1, DROPPED, json.dumps(note)
             yield item
 
 
 class EventHub:
-    """Fans every published event out to the subscribers."""
+    """Fans every published event out to the subscribers, and holds the last `buffer`."""
 
-    def __init__(self) -> None:
+    def __init__(self, buffer: int = BUFFER) -> None:
+        if buffer < 0:
+            raise ValueError(f"buffer must be at least 0, not {buffer}")
         self.subscribers: set[Subscriber] = set()
+        self.boot = secrets.token_hex(8)
+        self.seq = 0
+        self.held: deque[tuple[str, Item]] = deque(maxlen=buffer)
 
-    def subscribe(self, run_id: str | None = None) -> Subscriber:
-        """A new subscriber (of one run, or of all)."""
-        subscriber = Subscriber(run_id)
-        self.subscribers.add(subscriber)
+    def resize(self, buffer: int) -> None:
+        """Hold the last `buffer` events from now on (the newest of those held stay)."""
+        if buffer < 0:
+            raise ValueError(f"buffer must be at least 0, not {buffer}")
+        self.held = deque(self.held, maxlen=buffer)
+
+    def event_id(self, seq: int) -> str:
+        """The id of this hub's event `seq`."""
+        return f"{self.boot}-{seq}"
+
+    def subscribe(self, run_id: str | None = None, after: str | None = None) -> Subscriber:
+        """A new subscriber (of one run, or of all); with `after` (a parsed-valid event id),
+        first the held events after it, or a gap note if some are no longer held."""
+        replay: list[Item] = []
+        if after is not None:
+            replay = self._replay(run_id, after)
+        subscriber = Subscriber(run_id, replay=replay)
+        self.subscribers.add(subscriber)  # no await since the replay: nothing slips between
         return subscriber
+
+    def _replay(self, run_id: str | None, after: str) -> list[Item]:
+        parsed = parse_event_id(after)
+        if parsed is None:
+            raise ValueError(f"not an event id: {after!r}")
+        boot, seq = parsed
+        oldest = self.held[0][1][0] if self.held else self.seq + 1
+        if boot != self.boot:
+            reason = "the id is of another supervisor process (it restarted): reload"
+        elif seq > self.seq:
+            reason = "the id is not one this supervisor gave: reload"
+        elif seq + 1 < oldest:
+            reason = f"{oldest - seq - 1} event(s) after it are no longer held: reload"
+        else:
+            return [item for rid, item in self.held if item[0] > seq and _wanted(run_id, rid)]
+        note = {"type": GAP, "last_event_id": after, "reason": reason}
+        return [(self.seq, GAP, json.dumps(note))]
 
     def unsubscribe(self, subscriber: Subscriber) -> None:
         """Stop feeding `subscriber`."""
         self.subscribers.discard(subscriber)
 
     def publish(self, name: str, run_id: str, data: dict[str, Any]) -> None:
-        """Send one event to every subscriber that wants it (encoded once)."""
-        if not self.subscribers:
-            return
-        item = (name, json.dumps(data, default=str))
+        """Number one event, hold it, and send it to every subscriber that wants it (encoded
+        once)."""
+        self.seq += 1
+        item = (self.seq, name, json.dumps(data, default=str))
+        if self.held.maxlen:
+            self.held.append((run_id, item))
         for subscriber in tuple(self.subscribers):
             subscriber.offer(run_id, item)
 
@@ -99,6 +185,10 @@ class EventHub:
         for subscriber in tuple(self.subscribers):
             subscriber.close()
         self.subscribers.clear()
+
+
+def _wanted(run_id: str | None, of: str) -> bool:
+    return run_id in (None, of)
 
 
 class RunSink:

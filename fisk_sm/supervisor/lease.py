@@ -15,7 +15,9 @@ a supervisor that takes the run over resumes it with the same configuration.
 owner died or stalled, and another supervisor takes the run over); `released` is a run a
 shutdown suspended (free for anyone at once); `parked` waits for an approval (taken by whoever
 answers it); `operator_suspended` and `aborted` are left alone until an operator resumes them.
-A run that ended has no key.
+A run that ended keeps its key, held `ended`, so that every supervisor's listing still has its
+name (nobody takes it: no hold breaks `ended`); a submission that never became a session has
+none.
 
 Expiry compares wall clocks across hosts: keep them in sync (NTP) and the TTL well above the
 skew. Every supervisor keeps a mirror of the whole bucket (`LeaseView`, fed by a KV watcher), so
@@ -37,6 +39,7 @@ from nats.js.kv import KeyValue
 
 __all__ = [
     "ACTIVE",
+    "ENDED",
     "HOLDS",
     "Lease",
     "LeaseLost",
@@ -52,7 +55,8 @@ PARKED = "parked"
 OPERATOR_SUSPENDED = "operator_suspended"
 ABORTED = "aborted"
 FAILED = "failed"
-HOLDS = (ACTIVE, RELEASED, PARKED, OPERATOR_SUSPENDED, ABORTED, FAILED)
+ENDED = "ended"
+HOLDS = (ACTIVE, RELEASED, PARKED, OPERATOR_SUSPENDED, ABORTED, FAILED, ENDED)
 #: The holds a takeover may break: a dead owner's lease, a shutdown's release.
 TAKEABLE = frozenset({ACTIVE, RELEASED})
 #: JetStream's error code for a revision check that failed.

@@ -154,6 +154,18 @@ _SCHEMAS: dict[str, Any] = {
         "required": ["answer"],
         "properties": {"answer": {"type": "string", "enum": ["once", "always", "deny"]}},
     },
+    "EventsGap": {
+        "type": "object",
+        "description": "the data of the first event of a resumed stream when events after"
+        " the given id are lost (no longer held, or another boot's): reload the runs and"
+        " approvals",
+        "required": ["type", "last_event_id", "reason"],
+        "properties": {
+            "type": {"const": "EventsGap"},
+            "last_event_id": {"type": "string", "description": "the id the reader gave"},
+            "reason": {"type": "string", "description": "one line"},
+        },
+    },
 }
 
 _RESPONSES: dict[str, Any] = {
@@ -184,7 +196,15 @@ _RESPONSES["E405"]["headers"] = {
 #: follow the run it made.
 _RUN_LINKS = {
     f"{op}": {"operationId": op, "parameters": {"run_id": "$response.body#/run_id"}}
-    for op in ("showRun", "runDiagram", "suspendRun", "resumeRun", "abortRun", "sayToRun")
+    for op in (
+        "showRun",
+        "runDiagram",
+        "suspendRun",
+        "resumeRun",
+        "abortRun",
+        "sayToRun",
+        "endRun",
+    )
 } | {"events": {"operationId": "events", "parameters": {"run": "$response.body#/run_id"}}}
 #: A run shown again may be parked: on to answering its approval.
 _DETAIL_LINKS = _RUN_LINKS | {
@@ -226,6 +246,9 @@ def _action(verb: str, summary: str) -> dict[str, Any]:
         }
     }
 
+
+#: An event's id, `<boot>-<seq>` (empty: none).
+_EVENT_ID: dict[str, Any] = {"type": "string", "pattern": "^([0-9a-fA-F]{1,64}-[0-9]{1,19})?$"}
 
 _PATHS: dict[str, Any] = {
     "/": {
@@ -297,6 +320,9 @@ _PATHS: dict[str, Any] = {
     "/api/runs/{run_id}/suspend": _action("suspend", "suspend now (a restart leaves it)"),
     "/api/runs/{run_id}/resume": _action("resume", "resume a suspended or parked run"),
     "/api/runs/{run_id}/abort": _action("abort", "stop a run for good"),
+    "/api/runs/{run_id}/end": _action(
+        "end", "end a chat as completed, at its prompt (mid-turn: at its next one)"
+    ),
     "/api/runs/{run_id}/say": {
         "post": {
             "operationId": "sayToRun",
@@ -341,10 +367,28 @@ _PATHS: dict[str, Any] = {
             "operationId": "events",
             "summary": "every typed event as Server-Sent Events (`event:` the class name,"
             " `data:` JSON with `type` and `run_id`), plus RunSubmitted, RunParked and"
-            " RunUpdated (data: the Run) and EventsDropped (a slow reader missed some)",
+            " RunUpdated (data: the Run) and EventsDropped (a slow reader missed some);"
+            " each with `id: <boot>-<seq>`. A reader that reconnects with the last id it got"
+            " (Last-Event-ID, or last_event_id) first gets the events it missed, from the"
+            " last 4096 held (`supervise --event-buffer`); if some are no longer held, or the"
+            " id is of another boot, it gets EventsGap instead (data: type, last_event_id,"
+            " reason): reload the runs and approvals. EventsDropped means the same.",
             "parameters": [
                 {"name": "run", "in": "query", "schema": _STR, "description": "one run only"},
                 {"name": "token", "in": "query", "schema": _STR},
+                {
+                    "name": "Last-Event-ID",
+                    "in": "header",
+                    "schema": _EVENT_ID,
+                    "description": "resume after this event (what an EventSource sends)",
+                },
+                {
+                    "name": "last_event_id",
+                    "in": "query",
+                    "schema": _EVENT_ID,
+                    "description": "resume after this event (for clients that cannot set"
+                    " the header; the header wins)",
+                },
             ],
             "responses": {
                 "200": {

@@ -35,6 +35,7 @@ from fisk_sm.supervisor.hub import RunSink
 from fisk_sm.supervisor.lease import (
     ABORTED,
     ACTIVE,
+    ENDED,
     FAILED,
     OPERATOR_SUSPENDED,
     PARKED,
@@ -46,7 +47,8 @@ from fisk_sm.supervisor.lease import (
 )
 from fisk_sm.supervisor.registry import RegistryEntry
 from fisk_sm.supervisor.supervisor import Conflict, Supervisor
-from fisk_sm.supervisor.tracked import ENDED, Tracked
+from fisk_sm.supervisor.tracked import ENDED as ENDED_STATES
+from fisk_sm.supervisor.tracked import Tracked
 from fisk_sm.supervisor.workqueue import Submission
 
 __all__ = ["FENCE_TRIES", "LeaseHolder"]
@@ -141,8 +143,8 @@ class LeaseHolder(Supervisor):
             hold = ABORTED
         elif tracked.entry.disposition == "operator_suspended":
             hold = OPERATOR_SUSPENDED
-        elif run.finished and run.state in ENDED:
-            hold = ""
+        elif run.finished and run.state in ENDED_STATES:
+            hold = ENDED
         elif tracked.error is not None:
             hold = FAILED
         else:
@@ -152,10 +154,8 @@ class LeaseHolder(Supervisor):
             if lease is None:
                 return
             try:
-                if hold:
-                    await self.leases.hold(lease, hold)
-                else:
-                    await self.leases.end(lease)
+                await self.leases.hold(lease, hold)
+                if hold == ENDED:
                     self.shared.drop(tracked.entry.run_id)
             except LeaseLost as exc:
                 tracked.lost = str(exc)
@@ -242,7 +242,7 @@ class LeaseHolder(Supervisor):
             await self.leases.end(lease)
             return
         if snapshot.status not in ("open", States.SUSPENDED):
-            await self.leases.end(lease)
+            await self.leases.hold(lease, ENDED)  # kept: the listings name the run by it
             return
         before = lease.previous
         if before is not None and before.hold == ACTIVE:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import attrs
 
-__all__ = ["DASHBOARD", "PLACEHOLDER", "Page", "load_page"]
+__all__ = ["DASHBOARD", "PLACEHOLDER", "Page", "assemble", "load_page"]
 
 HERE = Path(__file__).parent
 DASHBOARD = HERE / "dashboard.html"
@@ -56,6 +56,12 @@ def load_page() -> Page:
         script = (HERE / "dashboard.js").read_text(encoding="utf-8")
     except FileNotFoundError:
         return Page(PLACEHOLDER, policy("", ""))
+    return assemble(html, style, script)
+
+
+def assemble(html: str, style: str, script: str) -> Page:
+    """The page of `html` with `style` and `script` put in at their marks, and its policy
+    (bench/dashboard.py serves an older dashboard's files this same way)."""
     if "</" in style or "</script" in script.lower():  # would end the element early
         raise ValueError("dashboard.css or dashboard.js holds a closing tag")
     page = html.replace(STYLE_MARK, f"<style>{style}</style>")

@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import attrs
 
@@ -33,10 +33,8 @@ from fisk_sm.config.states import States
 from fisk_sm.config.text import refuse_unencodable
 from fisk_sm.events.types import Fanout
 from fisk_sm.journal.base import JournalError
-from fisk_sm.journal.filestore import FileStore, check_run_id
+from fisk_sm.journal.filestore import FileStore
 from fisk_sm.journal.jetstream import JetStreamStore
-from fisk_sm.journal.records import Record
-from fisk_sm.journal.snapshot import Snapshot
 from fisk_sm.loop.actions import Inbox
 from fisk_sm.loop.harness import RunOptions
 from fisk_sm.loop.run import Run, new_run_id
@@ -47,6 +45,7 @@ from fisk_sm.supervisor.confine import ConfigDirs
 from fisk_sm.supervisor.desk import ApprovalDesk, DeskPrompter
 from fisk_sm.supervisor.errors import Conflict, NotFound
 from fisk_sm.supervisor.hub import EventHub, RunSink
+from fisk_sm.supervisor.readmodel import RunViews, resumes
 from fisk_sm.supervisor.registry import (
     ABORTED,
     OPERATOR_SUSPENDED,
@@ -56,7 +55,6 @@ from fisk_sm.supervisor.registry import (
     RegistryEntry,
 )
 from fisk_sm.supervisor.tracked import ENDED, Tracked
-from fisk_sm.supervisor.views import approval_json
 
 __all__ = ["SLOT_STATES", "Conflict", "NotFound", "Supervisor"]
 
@@ -74,8 +72,9 @@ class RunRegistry(Protocol):
     async def mark(self, disposition: str, *run_ids: str) -> None: ...
 
 
-class Supervisor:
-    """Drives many checkpointed runs of `config` in `store` on the running loop.
+class Supervisor(RunViews):
+    """Drives many checkpointed runs of `config` in `store` on the running loop (the read
+    side, listings and events, is `RunViews`).
 
     `registry_dir` holds the registry (default: `store.directory / "supervisor"`); a
     `JetStreamStore` needs a `registry` given (`fisk_sm.supervisor.cluster`). With
@@ -112,59 +111,6 @@ class Supervisor:
         self._slots = asyncio.Semaphore(concurrency)
         self._configs: dict[str, AgentConfig] = {}
         self.closing = False
-
-    # -- the stream -------------------------------------------------------------------------
-
-    def publish(self, kind: str, tracked: Tracked) -> None:
-        """Send a supervisor event (`RunSubmitted`, `RunParked`, `RunUpdated`) with the run."""
-        data = {"type": kind, **tracked.to_json()}
-        self.hub.publish(kind, tracked.entry.run_id, data)
-
-    def _changed(self, run_id: str) -> None:
-        tracked = self.runs.get(run_id)
-        if tracked is not None:
-            self.publish("RunParked" if tracked.status == "parked" else "RunUpdated", tracked)
-
-    def _desk_changed(self, run_id: str) -> None:
-        self._changed(run_id)
-
-    # -- looking runs up --------------------------------------------------------------------
-
-    async def refresh(self) -> None:
-        """Bring the runs of other supervisors up to date (a cluster's; here, nothing)."""
-
-    async def snapshot_of(self, run_id: str) -> Snapshot:
-        """The folded journal of `run_id`, read off the loop."""
-        if isinstance(self.store, FileStore):
-            return await asyncio.to_thread(self.store.snapshot, run_id)
-        return await self.store.snapshot_async(run_id)
-
-    async def records_of(self, run_id: str) -> list[Record]:
-        """The journal of `run_id`, read off the loop."""
-        if isinstance(self.store, FileStore):
-            return await asyncio.to_thread(self.store.load, run_id)
-        return await self.store.load_async(run_id)
-
-    def get(self, run_id: str) -> Tracked:
-        """The run `run_id`; `InvalidIdError` for a malformed id, `NotFound` for an unknown."""
-        check_run_id(run_id)
-        tracked = self.runs.get(run_id)
-        if tracked is None:
-            raise NotFound(f"no run {run_id!r}")
-        return tracked
-
-    def listing(self) -> list[Tracked]:
-        """Every run, newest first."""
-        return sorted(self.runs.values(), key=lambda t: (-t.entry.created, t.entry.run_id))
-
-    def approvals(self) -> list[dict[str, Any]]:
-        """Every pending approval: of live runs at the desk, and of parked sessions."""
-        found = []
-        for tracked in self.listing():
-            approval = approval_json(tracked.approval)
-            if approval is not None and tracked.status == "parked":
-                found.append(approval)
-        return found
 
     # -- driving ----------------------------------------------------------------------------
 
@@ -229,7 +175,10 @@ class Supervisor:
             self._failed(tracked, exc)
         finally:
             tracked.snapshot = run.snapshot()
-            if not run.finished:  # stopped before a tool: the journal's fold is the truth
+            # Stopped before a tool, or suspended (a parked run's suspend journals that it
+            # waits for its approval still, which the run's own state does not say): the
+            # journal's fold is the truth, as a restart and every other supervisor read it.
+            if not run.finished or run.state == States.SUSPENDED:
                 with contextlib.suppress(JournalError, OSError, ValueError):
                     tracked.snapshot = await self.snapshot_of(run.data.run_id)
             if run.finished:
@@ -409,12 +358,7 @@ class Supervisor:
             except (JournalError, OSError, ValueError) as exc:  # a missing or refused journal
                 tracked.error = one_line(exc)
                 continue
-            snapshot = tracked.snapshot
-            if (
-                entry.resumable
-                and snapshot.status in ("open", States.SUSPENDED)
-                and snapshot.state != States.AWAITING_APPROVAL
-            ):
+            if resumes(tracked):
                 resumed.append(entry.run_id)
         await asyncio.gather(*(self._resume(self.runs[r]) for r in resumed))
         return resumed

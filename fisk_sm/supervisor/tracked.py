@@ -1,4 +1,12 @@
-"""`Tracked`: one run of the supervisor, as the API shows it, whether a task drives it or not."""
+"""`Tracked`: one run of the supervisor, as the API shows it, whether a task drives it or not.
+
+The read model of a run is here, in one place (`Tracked.to_json`, what every listing, the run's
+page, the action replies and the `RunSubmitted`/`RunUpdated`/`RunParked` events send): while a
+task drives the run, its live data; else its journal's fold (`snapshot`, folded once into
+`folded` when it is set), with the name and disposition of the registry (or, in a cluster, the
+lease: `ClusterTracked` overrides `name` and `owner`). So a row is the same on any supervisor,
+after a restart and after a takeover: nothing in it is known only to the process that ran it.
+"""
 
 from __future__ import annotations
 
@@ -12,8 +20,8 @@ from fisk_sm.journal.snapshot import PendingApproval, Snapshot
 from fisk_sm.loop.run import Run
 from fisk_sm.model.blocks import Message
 from fisk_sm.supervisor.hub import RunSink
-from fisk_sm.supervisor.registry import ABORTED, RegistryEntry
-from fisk_sm.supervisor.views import approval_json, run_json
+from fisk_sm.supervisor.registry import ABORTED, OPERATOR_SUSPENDED, RegistryEntry
+from fisk_sm.supervisor.views import Folded, approval_json, run_json
 
 __all__ = ["ENDED", "Tracked"]
 
@@ -31,10 +39,33 @@ class Tracked:
         self.sink = sink
         self.run: Run | None = None
         self.task: asyncio.Task[None] | None = None
-        self.snapshot: Snapshot | None = None  # the folded journal, while no task drives it
+        self._snapshot: Snapshot | None = None
+        self.folded: Folded | None = None  # what the row shows of `snapshot`
         self.queued = True  # waiting for a slot (a new run counts as queued until its first)
         self.stopping = asyncio.Event()  # a suspend-now: stop waiting for a slot
         self.error: str | None = None
+        self.announced: str | None = None  # the approval whose park `RunParked` announced
+
+    @property
+    def snapshot(self) -> Snapshot | None:
+        """The folded journal, shown while no task drives the run."""
+        return self._snapshot
+
+    @snapshot.setter
+    def snapshot(self, snapshot: Snapshot | None) -> None:
+        # the row's facts are folded here, once per snapshot, not on every listing
+        self._snapshot = snapshot
+        self.folded = Folded.of(snapshot) if snapshot is not None else None
+
+    @property
+    def name(self) -> str:
+        """The run's name (the registry's; a cluster's lease has it too)."""
+        return self.entry.name
+
+    @property
+    def owner(self) -> str | None:
+        """The supervisor that drives the run ("" while none does); None: not in a cluster."""
+        return None
 
     @property
     def live(self) -> bool:
@@ -43,17 +74,19 @@ class Tracked:
 
     @property
     def state(self) -> str:
+        """The loop state: the live run's, else the journal's."""
         if self.live and self.run is not None:
             return self.run.state
-        if self.snapshot is not None:
-            return self.snapshot.state
+        if self.folded is not None:
+            return self.folded.state
         return self.run.state if self.run is not None else States.SUSPEND_CHECK
 
     @property
     def approval(self) -> PendingApproval | None:
+        """The approval the run waits for (live, or as its journal says)."""
         if self.live and self.run is not None:
             return self.run.data.approval
-        return self.snapshot.approval if self.snapshot is not None else None
+        return self.folded.approval if self.folded is not None else None
 
     @property
     def status(self) -> str:
@@ -62,7 +95,10 @@ class Tracked:
         if self.entry.disposition == ABORTED:
             return "aborted"
         if state == States.AWAITING_APPROVAL:
-            return "parked"
+            # an operator's suspend of a parked run: its journal still waits for the answer,
+            # but nobody may give it until an operator resumes the run
+            idle = not self.live and self.entry.disposition == OPERATOR_SUSPENDED
+            return "suspended" if idle else "parked"
         if state == States.AWAITING_INPUT and self.live:
             return "waiting"  # a chat waiting for its user's next prompt
         if self.live and not (self.run is not None and self.run.ended):
@@ -72,28 +108,35 @@ class Tracked:
         return state if state in ENDED else "suspended"
 
     def to_json(self) -> dict[str, Any]:
-        """The API's `Run` object."""
-        source = self.run.data if self.live and self.run is not None else self.snapshot
-        run = self.run
-        if source is None and run is not None:
-            source = run.data
-        finished = run is not None and run.finished
-        outcome = run.outcome if finished and run is not None else None
-        if outcome is None and self.snapshot is not None:
-            outcome = self.snapshot.outcome
-        answer = run.answer() if run is not None else ""
-        return run_json(
+        """The API's `Run` object (with `owner` in a cluster)."""
+        run, folded = self.run, self.folded
+        if run is not None and (self.live or folded is None):
+            iteration, usage = run.data.iteration, run.data.usage
+            outcome = run.outcome if run.finished else None
+            answer = run.answer()
+        elif folded is not None:
+            iteration, usage, outcome, answer = (
+                folded.iteration,
+                folded.usage,
+                folded.outcome,
+                folded.answer,
+            )
+        else:
+            iteration, usage, outcome, answer = 0, Usage(), None, ""
+        shown = run_json(
             run_id=self.entry.run_id,
-            name=self.entry.name,
+            name=self.name,
             state=self.state,
             status=self.status,
-            iteration=source.iteration if source is not None else 0,
-            usage=source.usage if source is not None else Usage(),
+            iteration=iteration,
+            usage=usage,
             created=self.entry.created,
             approval=approval_json(self.approval),
             outcome=self.error or outcome,
             answer=answer,
         )
+        owner = self.owner
+        return shown if owner is None else {**shown, "owner": owner}
 
     def messages(self) -> tuple[Message, ...]:
         """The conversation so far."""

@@ -11,11 +11,22 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import attrs
+
+from fisk_sm.config.states import States
 from fisk_sm.events.usage import Usage
-from fisk_sm.journal.snapshot import PendingApproval
+from fisk_sm.journal.snapshot import PendingApproval, Snapshot
 from fisk_sm.model.blocks import Message
 
-__all__ = ["STATUSES", "TRANSCRIPT_TAIL", "approval_json", "run_json", "transcript", "usage_json"]
+__all__ = [
+    "STATUSES",
+    "TRANSCRIPT_TAIL",
+    "Folded",
+    "approval_json",
+    "run_json",
+    "transcript",
+    "usage_json",
+]
 
 STATUSES = (
     "queued",
@@ -30,6 +41,34 @@ STATUSES = (
     "aborted",
 )
 TRANSCRIPT_TAIL = 50
+
+
+@attrs.frozen
+class Folded:
+    """What a run's journal fold gives its row: folded once per snapshot (a `Tracked` keeps it
+    beside the snapshot it came from, and replaces both together), not on every listing."""
+
+    state: str
+    status: str  # the journal's: "open", or the reason of its terminal record
+    iteration: int
+    usage: Usage
+    approval: PendingApproval | None
+    outcome: str | None
+    answer: str  # the final answer's text ("" unless the journal ends completed)
+
+    @classmethod
+    def of(cls, snapshot: Snapshot) -> Folded:
+        """The row's facts of `snapshot`."""
+        completed = snapshot.state == States.COMPLETED
+        return cls(
+            state=snapshot.state,
+            status=snapshot.status,
+            iteration=snapshot.iteration,
+            usage=snapshot.usage,
+            approval=snapshot.approval,
+            outcome=snapshot.outcome,
+            answer=snapshot.data().answer() if completed else "",
+        )
 
 
 def usage_json(usage: Usage) -> dict[str, int]:

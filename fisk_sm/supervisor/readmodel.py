@@ -1,0 +1,135 @@
+"""The supervisor's read side: looking runs up, listing them, their pending approvals, the
+events that announce a row's change, and what a shutdown leaves behind.
+
+Every row is `Tracked.to_json` (`fisk_sm.supervisor.tracked`): the live run while a task drives
+it, else its journal's fold, with the registry's (a cluster: the lease's) name and disposition.
+`RunViews` is the half of `Supervisor` that reads them; the other half drives the runs.
+
+A park is announced once: `RunParked` when a run comes to wait for an approval it was not
+already announced waiting for; the other changes of a parked row (the desk taking the question,
+a shutdown stopping the task that waits) change nothing a listing shows, and send nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import attrs
+
+from fisk_sm.config.states import States
+from fisk_sm.journal.filestore import FileStore, check_run_id
+from fisk_sm.journal.jetstream import JetStreamStore
+from fisk_sm.journal.records import Record
+from fisk_sm.journal.snapshot import Snapshot
+from fisk_sm.supervisor.errors import NotFound
+from fisk_sm.supervisor.hub import EventHub
+from fisk_sm.supervisor.tracked import Tracked
+from fisk_sm.supervisor.views import approval_json
+
+__all__ = ["Leftover", "RunViews", "resumes"]
+
+#: The journal statuses a restart (or a takeover) resumes from.
+RESUMABLE_JOURNALS = frozenset({"open", States.SUSPENDED})
+
+
+def resumes(tracked: Tracked) -> bool:
+    """Whether the next start resumes a run no task drives: its registry's last word allows it
+    and its journal neither ended nor waits for an answer (a parked run waits for its
+    operator)."""
+    folded = tracked.folded
+    return (
+        tracked.entry.resumable
+        and folded is not None
+        and folded.status in RESUMABLE_JOURNALS
+        and folded.state != States.AWAITING_APPROVAL
+    )
+
+
+@attrs.frozen
+class Leftover:
+    """What a stopped supervisor leaves for the next start, counted apart: runs it resumes,
+    runs parked for an approval, runs an operator suspended (only listed until resumed)."""
+
+    resuming: int
+    parked: int
+    suspended: int
+
+
+class RunViews:
+    """Reading a supervisor's runs (`runs`, published to `hub`), whoever drives them."""
+
+    hub: EventHub
+    runs: dict[str, Tracked]
+    store: FileStore | JetStreamStore
+
+    # -- the stream -------------------------------------------------------------------------
+
+    def publish(self, kind: str, tracked: Tracked) -> None:
+        """Send a supervisor event (`RunSubmitted`, `RunParked`, `RunUpdated`) with the run."""
+        data = {"type": kind, **tracked.to_json()}
+        self.hub.publish(kind, tracked.entry.run_id, data)
+
+    def _changed(self, run_id: str) -> None:
+        tracked = self.runs.get(run_id)
+        if tracked is None:
+            return
+        if tracked.status != "parked":
+            tracked.announced = None
+            self.publish("RunUpdated", tracked)
+            return
+        approval = tracked.approval
+        park = approval.tool_use_id if approval is not None else ""
+        if tracked.announced == park:
+            return  # this park was announced: nothing a listing shows has changed
+        tracked.announced = park
+        self.publish("RunParked", tracked)
+
+    def _desk_changed(self, run_id: str) -> None:
+        self._changed(run_id)
+
+    # -- looking runs up --------------------------------------------------------------------
+
+    async def refresh(self) -> None:
+        """Bring the runs of other supervisors up to date (a cluster's; here, nothing)."""
+
+    async def snapshot_of(self, run_id: str) -> Snapshot:
+        """The folded journal of `run_id`, read off the loop."""
+        if isinstance(self.store, FileStore):
+            return await asyncio.to_thread(self.store.snapshot, run_id)
+        return await self.store.snapshot_async(run_id)
+
+    async def records_of(self, run_id: str) -> list[Record]:
+        """The journal of `run_id`, read off the loop."""
+        if isinstance(self.store, FileStore):
+            return await asyncio.to_thread(self.store.load, run_id)
+        return await self.store.load_async(run_id)
+
+    def get(self, run_id: str) -> Tracked:
+        """The run `run_id`; `InvalidIdError` for a malformed id, `NotFound` for an unknown."""
+        check_run_id(run_id)
+        tracked = self.runs.get(run_id)
+        if tracked is None:
+            raise NotFound(f"no run {run_id!r}")
+        return tracked
+
+    def listing(self) -> list[Tracked]:
+        """Every run, newest first."""
+        return sorted(self.runs.values(), key=lambda t: (-t.entry.created, t.entry.run_id))
+
+    def approvals(self) -> list[dict[str, Any]]:
+        """Every pending approval: of live runs at the desk, and of parked sessions."""
+        found = []
+        for tracked in self.listing():
+            approval = approval_json(tracked.approval)
+            if approval is not None and tracked.status == "parked":
+                found.append(approval)
+        return found
+
+    def leftover(self) -> Leftover:
+        """What the runs no task drives wait for (after a shutdown: what the next start finds)."""
+        idle = [t for t in self.runs.values() if not t.live]
+        parked = sum(t.status == "parked" for t in idle)
+        resuming = sum(resumes(t) for t in idle)
+        suspended = sum(t.status == "suspended" and not resumes(t) for t in idle)
+        return Leftover(resuming=resuming, parked=parked, suspended=suspended)
