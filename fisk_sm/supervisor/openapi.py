@@ -12,16 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from fisk_sm.supervisor.views import STATUSES
+from fisk_sm.supervisor.openapi_schemas import SCHEMAS, STR, ref
 
 __all__ = ["openapi_document"]
-
-_STR = {"type": "string"}
-_INT = {"type": "integer"}
-
-
-def _ref(name: str) -> dict[str, str]:
-    return {"$ref": f"#/components/schemas/{name}"}
 
 
 def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
@@ -38,8 +31,6 @@ _ANY = (401, 405, 413, 421)
 # What any POST can also get: a bad body (400), a cross-site Origin (403), a body that is not
 # application/json (415).
 _POST = (400, 401, 403, 405, 413, 415, 421)
-# A prompt or follow-up: not empty, not only blanks (the server refuses those).
-_TEXT = {"type": "string", "minLength": 1, "pattern": "\\S"}
 
 
 _RUN_ID = {
@@ -49,127 +40,8 @@ _RUN_ID = {
     "schema": {"type": "string", "pattern": "^[a-zA-Z0-9][a-zA-Z0-9_-]*$", "maxLength": 128},
 }
 
-_RUN_FIELDS: tuple[str, ...] = ("run_id", "name", "state", "status", "iteration", "tokens")
-_RUN_FIELDS += ("created", "age_seconds", "approval", "outcome", "answer")
-_SCHEMAS: dict[str, Any] = {
-    "Error": {
-        "type": "object",
-        "required": ["error"],
-        "additionalProperties": False,
-        "properties": {"error": {"type": "string", "pattern": "^[^\\n\\r]*$"}},
-        "description": "one line, naming the field, id or header at fault",
-    },
-    "Empty": {
-        "type": "object",
-        "description": "no fields yet: send {} (a POST always has a JSON body)",
-    },
-    "Tokens": {
-        "type": "object",
-        "required": ["input", "output", "cache_read", "cache_creation", "total"],
-        "properties": {
-            k: _INT for k in ("input", "output", "cache_read", "cache_creation", "total")
-        },
-    },
-    "Approval": {
-        "type": "object",
-        "required": ["run_id", "tool_use_id", "tool", "input", "tag"],
-        "properties": {
-            "run_id": _STR,
-            "tool_use_id": _STR,
-            "tool": _STR,
-            "input": {"type": "object"},
-            "tag": _STR,
-        },
-    },
-    "Run": {
-        "type": "object",
-        "required": list(_RUN_FIELDS),
-        "properties": {
-            "run_id": _STR,
-            "name": _STR,
-            "state": {"type": "string", "description": "the loop state (states/agent_loop.yaml)"},
-            "status": {"type": "string", "enum": list(STATUSES)},
-            "iteration": _INT,
-            "tokens": _ref("Tokens"),
-            "created": {"type": "string", "format": "date-time"},
-            "age_seconds": {"type": "number"},
-            "approval": {"oneOf": [{"type": "null"}, _ref("Approval")]},
-            "outcome": {"type": ["string", "null"]},
-            "answer": _STR,
-            "owner": {
-                "type": "string",
-                "description": "the supervisor that drives the run (with --nats); optional",
-            },
-        },
-    },
-    "Entry": {
-        "type": "object",
-        "required": ["role", "kind", "text"],
-        "properties": {
-            "role": {"type": "string", "enum": ["user", "assistant"]},
-            "kind": {"type": "string", "enum": ["text", "thinking", "tool_use", "tool_result"]},
-            "text": _STR,
-            "name": _STR,
-            "is_error": {"type": "boolean"},
-        },
-    },
-    "RunDetail": {
-        "allOf": [
-            _ref("Run"),
-            {
-                "type": "object",
-                "required": ["transcript", "path"],
-                "properties": {
-                    "transcript": {"type": "array", "items": _ref("Entry"), "maxItems": 50},
-                    "path": {"type": "array", "items": _STR},
-                },
-            },
-        ]
-    },
-    "Submit": {
-        "type": "object",
-        "required": ["prompt"],
-        "properties": {
-            "prompt": {**_TEXT, "description": "the first user message (not blank)"},
-            "name": {
-                "type": ["string", "null"],
-                "description": "a label (default, or null: the run id)",
-            },
-            "config": {
-                "type": ["string", "null"],
-                "description": "another agent.yaml on the server, in an allowed directory"
-                " (supervise --config-dir); another is refused (400). Default, or null: the"
-                " supervisor's own",
-            },
-            "chat": {"type": "boolean", "description": "wait for a follow-up after each answer"},
-        },
-    },
-    "Say": {
-        "type": "object",
-        "required": ["text"],
-        "properties": {"text": {**_TEXT, "description": "the follow-up prompt (not blank)"}},
-    },
-    "Answer": {
-        "type": "object",
-        "required": ["answer"],
-        "properties": {"answer": {"type": "string", "enum": ["once", "always", "deny"]}},
-    },
-    "EventsGap": {
-        "type": "object",
-        "description": "the data of the first event of a resumed stream when events after"
-        " the given id are lost (no longer held, or another boot's): reload the runs and"
-        " approvals",
-        "required": ["type", "last_event_id", "reason"],
-        "properties": {
-            "type": {"const": "EventsGap"},
-            "last_event_id": {"type": "string", "description": "the id the reader gave"},
-            "reason": {"type": "string", "description": "one line"},
-        },
-    },
-}
-
 _RESPONSES: dict[str, Any] = {
-    f"E{code}": _json(_ref("Error"), text)
+    f"E{code}": _json(ref("Error"), text)
     for code, text in {
         400: "bad input: the body (not a JSON object, too deep, a lone surrogate), a field"
         " (a config outside the allowed directories too) or an id; the message names it",
@@ -232,7 +104,7 @@ _FIRST_APPROVAL = {
 
 def _run(description: str) -> dict[str, Any]:
     """A Run response, with links to the operations on that run."""
-    return {**_json(_ref("Run"), description), "links": _RUN_LINKS}
+    return {**_json(ref("Run"), description), "links": _RUN_LINKS}
 
 
 def _action(verb: str, summary: str) -> dict[str, Any]:
@@ -241,7 +113,7 @@ def _action(verb: str, summary: str) -> dict[str, Any]:
             "operationId": f"{verb}Run",
             "summary": summary,
             "parameters": [_RUN_ID],
-            "requestBody": {"required": True, **_json(_ref("Empty"), "{}")},
+            "requestBody": {"required": True, **_json(ref("Empty"), "{}")},
             "responses": {"202": _run("the run"), **_errors(*_POST, 404, 409)},
         }
     }
@@ -255,9 +127,9 @@ _PATHS: dict[str, Any] = {
         "get": {
             "operationId": "dashboard",
             "summary": "the live dashboard (one self-contained HTML page)",
-            "parameters": [{"name": "token", "in": "query", "schema": _STR}],
+            "parameters": [{"name": "token", "in": "query", "schema": STR}],
             "responses": {
-                "200": {"description": "the page", "content": {"text/html": {"schema": _STR}}},
+                "200": {"description": "the page", "content": {"text/html": {"schema": STR}}},
                 **_errors(*_ANY),
             },
         }
@@ -273,7 +145,7 @@ _PATHS: dict[str, Any] = {
         "post": {
             "operationId": "submitRun",
             "summary": "start a checkpointed run on a prompt",
-            "requestBody": {"required": True, **_json(_ref("Submit"), "the run to start")},
+            "requestBody": {"required": True, **_json(ref("Submit"), "the run to start")},
             "responses": {"201": _run("the new run"), **_errors(*_POST, 409)},
         },
         "get": {
@@ -284,7 +156,7 @@ _PATHS: dict[str, Any] = {
                     {
                         "type": "object",
                         "required": ["runs"],
-                        "properties": {"runs": {"type": "array", "items": _ref("Run")}},
+                        "properties": {"runs": {"type": "array", "items": ref("Run")}},
                     },
                     "the runs",
                 ),
@@ -298,7 +170,7 @@ _PATHS: dict[str, Any] = {
             "summary": "a run, its transcript's last 50 entries and the states it entered",
             "parameters": [_RUN_ID],
             "responses": {
-                "200": {**_json(_ref("RunDetail"), "the run"), "links": _DETAIL_LINKS},
+                "200": {**_json(ref("RunDetail"), "the run"), "links": _DETAIL_LINKS},
                 **_errors(400, *_ANY, 404),
             },
         }
@@ -311,7 +183,7 @@ _PATHS: dict[str, Any] = {
             "responses": {
                 "200": {
                     "description": "SVG",
-                    "content": {"image/svg+xml": {"schema": _STR}},
+                    "content": {"image/svg+xml": {"schema": STR}},
                 },
                 **_errors(400, *_ANY, 404, 501),
             },
@@ -328,7 +200,7 @@ _PATHS: dict[str, Any] = {
             "operationId": "sayToRun",
             "summary": "post a follow-up to a chat run waiting for input (awaiting_input)",
             "parameters": [_RUN_ID],
-            "requestBody": {"required": True, **_json(_ref("Say"), "the follow-up")},
+            "requestBody": {"required": True, **_json(ref("Say"), "the follow-up")},
             "responses": {"202": _run("the run"), **_errors(*_POST, 404, 409)},
         }
     },
@@ -341,7 +213,7 @@ _PATHS: dict[str, Any] = {
                     {
                         "type": "object",
                         "required": ["approvals"],
-                        "properties": {"approvals": {"type": "array", "items": _ref("Approval")}},
+                        "properties": {"approvals": {"type": "array", "items": ref("Approval")}},
                     },
                     "the approvals",
                 )
@@ -356,10 +228,10 @@ _PATHS: dict[str, Any] = {
             "summary": "answer a pending approval (a parked session is resumed)",
             "parameters": [
                 _RUN_ID,
-                {"name": "tool_use_id", "in": "path", "required": True, "schema": _STR},
+                {"name": "tool_use_id", "in": "path", "required": True, "schema": STR},
             ],
-            "requestBody": {"required": True, **_json(_ref("Answer"), "the answer")},
-            "responses": {"200": _json(_ref("Run"), "the run"), **_errors(*_POST, 404, 409)},
+            "requestBody": {"required": True, **_json(ref("Answer"), "the answer")},
+            "responses": {"200": _json(ref("Run"), "the run"), **_errors(*_POST, 404, 409)},
         }
     },
     "/api/events": {
@@ -374,8 +246,8 @@ _PATHS: dict[str, Any] = {
             " id is of another boot, it gets EventsGap instead (data: type, last_event_id,"
             " reason): reload the runs and approvals. EventsDropped means the same.",
             "parameters": [
-                {"name": "run", "in": "query", "schema": _STR, "description": "one run only"},
-                {"name": "token", "in": "query", "schema": _STR},
+                {"name": "run", "in": "query", "schema": STR, "description": "one run only"},
+                {"name": "token", "in": "query", "schema": STR},
                 {
                     "name": "Last-Event-ID",
                     "in": "header",
@@ -393,7 +265,7 @@ _PATHS: dict[str, Any] = {
             "responses": {
                 "200": {
                     "description": "the stream",
-                    "content": {"text/event-stream": {"schema": _STR}},
+                    "content": {"text/event-stream": {"schema": STR}},
                 },
                 **_errors(400, *_ANY, 404),
             },
@@ -414,7 +286,7 @@ def openapi_document() -> dict[str, Any]:
         },
         "paths": _PATHS,
         "components": {
-            "schemas": _SCHEMAS,
+            "schemas": SCHEMAS,
             "responses": _RESPONSES,
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },
