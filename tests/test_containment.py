@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from prockit import alive
 
 from fisk_sm import MemoryJournal, Recorder, Run, parse_config
 from fisk_sm.config.agent import AgentConfig
@@ -53,15 +54,6 @@ def family(pid_file: Path) -> dict[str, int]:
 def exists(pid: int) -> bool:
     """Whether `pid` is in the process table at all (a zombie is)."""
     return Path(f"/proc/{pid}").exists()
-
-
-def alive(pid: int) -> bool:
-    """Whether `pid` is a live process (a zombie is dead: only its exit status is left)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")
 
 
 def cookies_of(owner: int) -> list[int]:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from crashkit import STALL, Lines
+from prockit import alive
 
 from fisk_sm.testing import FakeMessagesAPI, Reply
 
@@ -116,11 +117,7 @@ def _dies(pid: int) -> bool:
     """Whether `pid` is gone (or a zombie) once killed; a guard, far above the moment it takes."""
     deadline = time.monotonic() + STALL
     while time.monotonic() < deadline:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
-        except FileNotFoundError:
-            return True
-        if state in ("Z", "X"):
+        if not alive(pid):
             return True
         time.sleep(0.01)
     return False

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prockit import alive
 
 from fisk_sm.config.agent import ConfigError
 from fisk_sm.config.exec import ExecToolSpec, parse_exec_tool
@@ -30,15 +31,6 @@ PRINT_ENV = [PY, "-c", "import os, json; print(json.dumps(dict(os.environ)))"]
 #: a hang, never a measure of speed. The leftovers below sleep far longer, so none of them can
 #: pass for killed by ending on its own within it.
 GUARD = 120.0
-
-
-def alive(pid: int) -> bool:
-    """Whether pid is a live process (a zombie counts as dead)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return state not in ("Z", "X")
 
 
 def survivors(pids: list[int], within: float = GUARD) -> list[int]:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prockit import alive
 
 from fisk_sm.config.agent import ConfigError
 from fisk_sm.config.exec import Argument, ExecToolSpec, parse_exec_tool, placeholders
@@ -29,15 +30,6 @@ MARKER = "\n...[output truncated: 139264 of 204800 bytes left out]...\n"
 
 def spec_of(**raw: Any) -> ExecToolSpec:
     return parse_exec_tool(raw, index=2, source="agent.yaml")
-
-
-def alive(pid: int) -> bool:
-    """Whether pid is a live process (a zombie counts as dead)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return state not in ("Z", "X")
 
 
 #: How long to wait for a fact (a process gone, a file written) before failing: a guard

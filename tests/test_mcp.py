@@ -16,6 +16,7 @@ from typing import Any
 
 import mcp.types
 import pytest
+from prockit import alive
 
 from fisk_sm import MemoryJournal, Recorder, Run, parse_config
 from fisk_sm.config.agent import AgentConfig
@@ -45,15 +46,6 @@ def demo_server(*extra: str, **declaration: Any) -> dict[str, Any]:
 def config_for(api: FakeMessagesAPI, *servers: dict[str, Any], **top: Any) -> AgentConfig:
     llm = {"model": "claude-test", "base_url": api.base_url, "no_prompt_cache": True}
     return parse_config({"llm": llm, "mcp_servers": list(servers), **top}, env={})
-
-
-def alive(pid: int) -> bool:
-    """Whether `pid` is a live process (a zombie is dead: only its exit status is left)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, IndexError):
-        return False
-    return state != "Z"
 
 
 def wait_dead(pid: int) -> None:

@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
+from prockit import alive
 
 from fisk_sm.config.mcp import McpServer
 from fisk_sm.tools.mcp import connect
@@ -80,15 +81,6 @@ def kill_all(token: str, pid_file: Path) -> None:
     for pid in left_alive(token, pid_file):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-
-
-def alive(pid: int) -> bool:
-    """Whether `pid` is a live process (a zombie is dead: only its exit status is left)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
 
 
 def left_alive(token: str, pid_file: Path) -> list[int]:

@@ -1,6 +1,8 @@
 "use strict";
-// Every string from the server is inserted with textContent (never innerHTML): a run's name,
-// a prompt or a model's answer may hold markup.
+// The runs table, its status tabs and filter, the event log, and the wiring of the page (the
+// helpers are dashboard_dom.js's, the stream dashboard_stream.js's, the detail pane
+// dashboard_detail.js's, a row's cells and the log's lines dashboard_view.js's; page.py puts
+// this file last).
 //
 // Built for a thousand runs: each run has one <tr>, kept in `rows` (run_id -> row); an event
 // about a run rewrites the cells of that row that changed, or inserts it, and nothing else.
@@ -8,91 +10,13 @@
 // (one layout per frame, however many events came). The first listing is built in a
 // DocumentFragment and put in at once.
 (function () {
-  const query = new URLSearchParams(location.search);
-  const token = query.get("token");
-  if (token !== null) {
-    // Kept in memory only: out of the address bar and the history (a shared screen, a copied
-    // link). A reload needs the ?token= link again (the page itself is behind the token).
-    query.delete("token");
-    const rest = query.toString();
-    history.replaceState(null, "", location.pathname + (rest ? "?" + rest : "") + location.hash);
-  }
-  const headers = token ? { Authorization: "Bearer " + token } : {};
-  const $ = (id) => document.getElementById(id);
-  // Control and bidi characters would hide or reorder what the operator reads (U+202E turns
-  // "exe.txt" around): they are shown as \uXXXX escapes. Tab and newline stay.
-  const HIDDEN = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;
-  const visible = (text) => String(text).replace(HIDDEN, (c) => "\\u" + c.charCodeAt(0).toString(16).padStart(4, "0"));
-
-  function el(tag, attrs, ...children) {
-    const node = document.createElement(tag);
-    for (const [k, v] of Object.entries(attrs || {})) {
-      if (k === "class") node.className = v; else node.setAttribute(k, v);
-    }
-    for (const c of children) node.append(c instanceof Node ? c : document.createTextNode(visible(c)));
-    return node;
-  }
-
-  // Writes only what differs: an unchanged cell is not touched (no mutation, no layout). A
-  // cell keeps its one text node (even empty) and only its data changes.
-  function setText(node, text) {
-    const shown = visible(text);
-    const only = node.firstChild;
-    if (only !== null && only === node.lastChild && only.nodeType === Node.TEXT_NODE) {
-      if (only.data !== shown) only.data = shown;
-    } else if (node.textContent !== shown || !only) {
-      node.replaceChildren(document.createTextNode(shown));
-    }
-  }
-  function setData(node, key, value) {
-    if (node.dataset[key] !== value) node.dataset[key] = value;
-  }
-
-  function showError(message) {
-    const box = $("error");
-    setText(box, message);
-    box.classList.toggle("shown", Boolean(message));
-  }
-
-  async function api(method, path, body) {
-    const init = { method, headers: { ...headers } };
-    if (method !== "GET") {  // the API takes only JSON on a POST, a body or not (415 else)
-      init.headers["Content-Type"] = "application/json";
-      init.body = JSON.stringify(body === undefined ? {} : body);
-    }
-    const response = await fetch(path, init);
-    let value = null;
-    try { value = await response.json(); } catch (e) { value = null; }
-    if (!response.ok) {
-      const why = value && typeof value.error === "string" ? value.error : response.statusText;
-      throw new Error(method + " " + path + ": " + response.status + " " + why);
-    }
-    return value;
-  }
-
-  const runPath = (id, ...rest) => ["/api/runs", id, ...rest].map((p, i) => i ? encodeURIComponent(p) : p).join("/");
-
-  function age(run) {
-    const s = (run.age_seconds || 0) + (Date.now() - run.seenAt) / 1000;
-    if (s >= 86400) return Math.floor(s / 86400) + "d";
-    if (s >= 3600) return Math.floor(s / 3600) + "h";
-    if (s >= 60) return Math.floor(s / 60) + "m";
-    return Math.floor(s) + "s";
-  }
-
-  const total = (run) => (run.tokens && run.tokens.total != null ? run.tokens.total : 0);
-  const statusClass = (run) => "status " + String(run.status).replace(/[^a-z_]/g, "");
-
-  function status(run) {
-    return el("span", { class: statusClass(run) }, run.status);
-  }
+  const { $, el, setText, showError, api, runPath, age } = fisk;
 
   // ---- The runs, their rows, the filter and the status tabs.
 
   const runs = new Map();          // run_id -> Run, with .seenAt (ms) for the age column
   const rows = new Map();          // run_id -> its <tr>
   const order = [];                // run ids as the rows stand: newest first
-  const cards = new Map();         // run_id -> its card in #approvals
   const TABS = [["all", null], ["queued", ["queued"]], ["running", ["running"]], ["parked", ["parked"]],
     ["waiting", ["waiting"]], ["suspended", ["suspended"]], ["completed", ["completed"]], ["failed", ["failed"]],
     ["aborted", ["aborted"]], ["exhausted", ["budget_exhausted", "iterations_exhausted"]]];
@@ -124,28 +48,10 @@
     $("tabs").append(button);
   }
 
-  // The cells of a row, in the table's column order.
-  const CELLS = ["name", "id", "", "state", "num", "num", "num age", "", "owner"];
   const ENDED_STATES = ["completed", "suspended", "failed", "budget_exhausted", "iterations_exhausted"];
 
-  const rowTitle = (run) => visible((run.name ? run.name + " \u00b7 " : "") + run.run_id);
-
-  // A new row, written straight (nothing to compare with): the first listing makes 1,000.
   function makeRow(run) {
-    const row = document.createElement("tr");
-    row.dataset.run = run.run_id;
-    row.dataset.status = String(run.status);
-    row.dataset.state = String(run.state);
-    row.title = rowTitle(run);
-    const texts = [run.name || "", run.run_id, null, run.state, run.iteration, total(run), age(run),
-      run.approval ? run.approval.tool : "", run.owner || ""];
-    for (let i = 0; i < CELLS.length; i++) {
-      const cell = document.createElement("td");
-      if (CELLS[i]) cell.className = CELLS[i];
-      if (i === 2) cell.append(status(run));
-      else if (texts[i] !== "") cell.append(document.createTextNode(visible(texts[i])));
-      row.append(cell);
-    }
+    const row = fisk.makeRow(run);
     if (!shown(run)) row.hidden = true;
     if (run.run_id === selected) { row.classList.add("selected"); selectedRow = row; }
     if (ages) ages.observe(row);
@@ -153,21 +59,7 @@
   }
 
   function fillRow(row, run) {
-    const [name, , , state, iteration, tokens, when, approval, owner] = row.cells;
-    const title = rowTitle(run);
-    if (row.title !== title) row.title = title;
-    setData(row, "status", String(run.status));
-    setData(row, "state", String(run.state));
-    setText(name, run.name || "");
-    const badge = row.cells[2].firstChild;
-    if (badge.className !== statusClass(run)) badge.className = statusClass(run);
-    setText(badge, run.status);
-    setText(state, run.state);
-    setText(iteration, run.iteration);
-    setText(tokens, total(run));
-    setText(when, age(run));
-    setText(approval, run.approval ? run.approval.tool : "");
-    setText(owner, run.owner || "");
+    fisk.fillRow(row, run);
     const hide = !shown(run);
     if (row.hidden !== hide) row.hidden = hide;
   }
@@ -238,13 +130,12 @@
     const visibleCount = tab === "all" ? byTab.get("all") || 0 : byTab.get(tab) || 0;
     const noMatch = !none && visibleCount === 0;
     if ($("no-match").hidden !== !noMatch) $("no-match").hidden = !noMatch;
-    const noCards = cards.size === 0;
+    const noCards = detail.cardCount() === 0;
     if ($("no-approvals").hidden !== !noCards) $("no-approvals").hidden = !noCards;
   }
 
   // Pending writes, applied at the next animation frame (a hidden tab gets no frames: a timer).
   const pending = new Map();       // run_id -> its latest Run not yet shown
-  const pendingLog = [];
   let scheduled = false;
   function schedule() {
     if (scheduled) return;
@@ -304,56 +195,6 @@
     }
   }, 1000);
 
-  // ---- Approvals.
-
-  function approvalCard(approval) {
-    const run = runs.get(approval.run_id);
-    const who = run && run.name ? run.name : approval.run_id;
-    const card = el("div", { class: "approval", "data-run": approval.run_id, "data-tool-use-id": approval.tool_use_id },
-      el("div", { class: "what" }, who + " wants to call " + approval.tool),
-      el("div", { class: "meta" }, "run " + approval.run_id + ", tag " + (approval.tag || "") + ", tool call " + approval.tool_use_id),
-      el("pre", {}, JSON.stringify(approval.input, null, 2)));
-    const buttons = el("div");
-    for (const [answer, label, cls] of [["once", "Approve", "approve"], ["always", "Always", "approve"], ["deny", "Deny", "deny"]]) {
-      const button = el("button", { type: "button", class: cls, "data-answer": answer }, label);
-      button.addEventListener("click", async (event) => {
-        event.stopPropagation();
-        for (const b of buttons.querySelectorAll("button")) b.disabled = true;
-        try {
-          const since = eventSeq;
-          answered(await api("POST", runPath(approval.run_id, "approvals", approval.tool_use_id), { answer }), since);
-          showError("");
-        } catch (e) {
-          showError(e.message);
-          for (const b of buttons.querySelectorAll("button")) b.disabled = false;
-        }
-      });
-      buttons.append(button);
-    }
-    card.append(buttons);
-    return card;
-  }
-
-  // The card of run `id` in #approvals: kept while the same call waits, replaced or removed.
-  function showApproval(id, approval) {
-    const card = cards.get(id);
-    if (card && approval && card.dataset.toolUseId === approval.tool_use_id) return;
-    if (card) { card.remove(); cards.delete(id); }
-    if (approval) {
-      const fresh = approvalCard(approval);
-      cards.set(id, fresh);
-      $("approvals").append(fresh);
-    }
-  }
-
-  function showDetailApproval(run) {
-    const box = $("d-approval");
-    const card = box.firstElementChild;
-    const wanted = run && run.approval ? run.approval.tool_use_id : null;
-    if ((card ? card.dataset.toolUseId : null) === wanted) return;
-    box.replaceChildren(...(wanted ? [approvalCard(run.approval)] : []));
-  }
-
   // The stream is the truth about a run: an answer to a request (an action, a GET) is shown
   // only if no event about that run came while the request was on its way, since the answer
   // may be older than the event.
@@ -363,6 +204,10 @@
   function answered(run, since) {
     if (run && !stale(run.run_id, since)) queue(run);
   }
+
+  const detail = fisk.detail({ runs, selected: () => selected, since: () => eventSeq, stale, queue, answered });
+  const { showApproval, showDetailApproval } = detail;
+  const refreshDetail = detail.refresh;
 
   const settling = new Set();
 
@@ -460,7 +305,7 @@
 
   function select(runId) {
     selected = runId;
-    shownState = null;
+    detail.forget();
     history.replaceState(null, "", location.pathname + location.search + "#run=" + encodeURIComponent(runId));
     $("detail").hidden = false;
     if (selectedRow) selectedRow.classList.remove("selected");
@@ -470,117 +315,15 @@
     refreshDetail(true);
   }
 
-  // ---- The detail pane.
+  // ---- The event log (the last 200 lines, appended once per frame: dashboard_view.js).
 
-  let shownState = null;           // the selected run's state when its diagram was last fetched
-  let diagramUrl = null;
-  let detailTimer = null;
-  let detailSeq = 0;               // the last detail request: only its answer is shown
+  const eventLog = fisk.eventLog(schedule);
+  const logEvent = eventLog.add;
+  const flushLog = eventLog.flush;
 
-  function refreshDetail(now) {
-    clearTimeout(detailTimer);
-    detailTimer = setTimeout(showDetail, now ? 0 : 150);  // one fetch for a burst of events
-  }
-
-  async function showDetail() {
-    const id = selected;
-    if (!id) return;
-    let run;
-    const since = eventSeq;
-    const mine = ++detailSeq;
-    try {
-      run = await api("GET", runPath(id));
-    } catch (e) {
-      showError(e.message);
-      return;
-    }
-    if (id !== selected || mine !== detailSeq) return;  // a later request answers
-    const { transcript, path, ...row } = run;
-    if (!stale(id, since)) queue(row);
-    setText($("d-title"), run.name || "");
-    setText($("d-id"), id);
-    setText($("d-name"), run.name || "");
-    $("d-status").replaceChildren(status(run));
-    setText($("d-state"), run.state);
-    setText($("d-iteration"), run.iteration);
-    const t = run.tokens || {};
-    setText($("d-tokens"), total(run) + " (input " + (t.input || 0) + ", output " + (t.output || 0) +
-      ", cache read " + (t.cache_read || 0) + ", cache write " + (t.cache_creation || 0) + ")");
-    setText($("d-outcome"), run.outcome || "");
-    setText($("d-answer"), run.answer || "");
-    showDetailApproval(run);
-    const steps = (path || []).map((s, i, all) => el("span", { class: i === all.length - 1 ? "current" : "" }, s));
-    $("d-path").replaceChildren(...steps.flatMap((s, i) => (i ? [" \u2192 ", s] : [s])));
-    $("transcript").replaceChildren(...(transcript || []).map((entry) => el("div", { class: "entry " + (entry.role === "assistant" ? "assistant" : "user") },
-      el("div", { class: "head" }, entry.role + " " + entry.kind + (entry.name ? " " + entry.name : ""),
-        ...(entry.is_error ? [el("span", { class: "error" }, " (error)")] : [])),
-      el("pre", {}, entry.text || ""))));
-    if (!(transcript || []).length) $("transcript").replaceChildren(el("p", { class: "empty" }, "no messages yet"));
-    $("b-suspend").disabled = !["queued", "running", "parked"].includes(run.status);
-    $("b-resume").disabled = run.status !== "suspended";
-    $("b-abort").disabled = ["completed", "failed", "aborted", "budget_exhausted", "iterations_exhausted"].includes(run.status);
-    const key = run.state + "/" + (path || []).length;
-    if (key !== shownState) {
-      shownState = key;
-      await showDiagram(id, key);
-    }
-  }
-
-  async function showDiagram(id, key) {
-    const response = await fetch(runPath(id, "diagram.svg"), { headers });
-    if (id !== selected) return;
-    const img = $("diagram");
-    if (!response.ok) {
-      img.hidden = true;
-      $("diagram-note").textContent = "no diagram (" + response.status + ")";
-      return;
-    }
-    const url = URL.createObjectURL(await response.blob());
-    if (diagramUrl) URL.revokeObjectURL(diagramUrl);
-    diagramUrl = url;
-    img.src = url;
-    img.dataset.state = key;
-    img.hidden = false;
-    $("diagram-note").textContent = "";
-  }
-
-  for (const [id, action] of [["b-suspend", "suspend"], ["b-resume", "resume"], ["b-abort", "abort"]]) {
-    $(id).addEventListener("click", async () => {
-      try { const since = eventSeq; answered(await api("POST", runPath(selected, action)), since); showError(""); }
-      catch (e) { showError(e.message); }
-    });
-  }
-
-  // ---- The event log (the last 200 lines, appended once per frame).
-
-  function logEvent(name, data) {
-    const skip = new Set(["type", "run_id", "messages", "transcript", "path", "tokens", "approval", "answer", "created", "age_seconds"]);
-    const fields = Object.entries(data).filter(([k, v]) => !skip.has(k) && v !== null && v !== "")
-      .map(([k, v]) => k + "=" + (typeof v === "string" ? v : JSON.stringify(v)).slice(0, 80));
-    const line = new Date().toTimeString().slice(0, 8) + " " + (data.run_id || "") + " " + name + " " + fields.join(" ");
-    pendingLog.push(visible(line).replace(/\s+/g, " ") + "\n");
-    if (pendingLog.length > 200) pendingLog.shift();
-    schedule();
-  }
-
-  function flushLog() {
-    if (!pendingLog.length) return;
-    const log = $("events");
-    log.append(...pendingLog.map((line) => document.createTextNode(line)));
-    pendingLog.length = 0;
-    while (log.childNodes.length > 200) log.firstChild.remove();
-    log.scrollTop = log.scrollHeight;
-  }
-
-  // ---- The event stream: read with fetch (so the token goes in a header, not the URL), and
-  // resumed after a dropped connection from the last event id seen (`Last-Event-ID`): the
-  // server replays what came in between. Without an id to resume from, or after an
-  // EventsGap (the server no longer holds what was missed, or restarted) or an EventsDropped
-  // (this page read too slowly), the listing is loaded again.
+  // ---- The event stream (dashboard_stream.js) and what its events do here.
 
   const RUN_EVENTS = new Set(["RunSubmitted", "RunParked", "RunUpdated"]);
-  const RELOAD_EVENTS = new Set(["EventsGap", "EventsDropped"]);
-  let lastId = null;               // the id of the last event read
 
   function live(on) {
     setText($("live"), on ? "live" : "reconnecting");
@@ -592,78 +335,24 @@
     if (selected) refreshDetail(true);
   }
 
-  function onEvent(name, text) {
-    let data;
-    try { data = JSON.parse(text); } catch (e) { return; }
-    if (!data || typeof data !== "object") return;
-    logEvent(name, data);
-    if (RELOAD_EVENTS.has(name)) reload();
-    else if (RUN_EVENTS.has(name) && typeof data.run_id === "string") {
+  function onEvent(name, data) {
+    if (RUN_EVENTS.has(name) && typeof data.run_id === "string") {
       lastEvent.set(data.run_id, ++eventSeq);
       queue(data);
     }
     else if (data.run_id === selected) refreshDetail();
   }
 
-  // The text/event-stream format: `field: value` lines, an event ended by an empty line.
-  async function readEvents(body) {
-    const reader = body.getReader();
-    const decoder = new TextDecoder();
-    let buffer = "", name = "", data = [], id = lastId;
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) return;
-      buffer += decoder.decode(value, { stream: true });
-      const held = buffer.endsWith("\r") ? 1 : 0;  // maybe the first half of a \r\n
-      const lines = buffer.slice(0, buffer.length - held).split(/\r\n|\r|\n/);
-      buffer = lines.pop() + (held ? "\r" : "");
-      for (const line of lines) {
-        if (line === "") {
-          lastId = id;
-          if (data.length) onEvent(name || "message", data.join("\n"));
-          name = "";
-          data = [];
-          continue;
-        }
-        if (line[0] === ":") continue;  // a comment (the server's keep-alive ping)
-        const colon = line.indexOf(":");
-        const field = colon < 0 ? line : line.slice(0, colon);
-        let text = colon < 0 ? "" : line.slice(colon + 1);
-        if (text[0] === " ") text = text.slice(1);
-        if (field === "event") name = text;
-        else if (field === "data") data.push(text);
-        else if (field === "id" && !text.includes("\u0000")) id = text;
-      }
-    }
-  }
-
-  async function connect() {
-    let wait = 250;
-    for (;;) {
-      const init = { headers: { ...headers, Accept: "text/event-stream" }, cache: "no-store" };
-      if (lastId) init.headers["Last-Event-ID"] = lastId;
-      try {
-        const response = await fetch("/api/events", init);
-        if (!response.ok || !response.body) {
-          if (response.status === 400) lastId = null;  // an id the server refuses: start afresh
-          throw new Error("GET /api/events: " + response.status);
-        }
-        live(true);
-        wait = 250;
-        if (!lastId) reload();  // nothing to resume from: whatever happened while not connected
-        await readEvents(response.body);
-      } catch (e) {
-        // a dropped connection, a server away: try again, a little later each time
-      }
-      if (!listedOnce) loadRuns();  // the stream would not open: show the runs anyway
-      live(false);
-      await new Promise((done) => setTimeout(done, wait));
-      wait = Math.min(wait * 2, 5000);
-    }
-  }
+  const stream = fisk.stream({
+    log: logEvent,
+    event: onEvent,
+    reload,
+    live,
+    closed() { if (!listedOnce) loadRuns(); },  // the stream would not open: show the runs anyway
+  });
 
   // The first listing is asked for once the stream is open (so that no event falls between
   // the two), or at once if it cannot open.
   updateCounts();
-  connect();
+  stream.connect();
 })();
