@@ -229,12 +229,17 @@ class AnthropicModel:
 
 
 def _reason(exc: anthropic.APIStatusError) -> str:
-    """The error's message, on one line: a proxy's error page must not become the run's report."""
+    """The error's message, on one line: a proxy's error page must not become the run's report.
+
+    Read from the body, not from `exc.message`, whose wording changes between SDK releases
+    (2.17 prefixes the status and appends the request id and path)."""
     body = exc.body
     if isinstance(body, dict):
         error = body.get("error")
         if isinstance(error, dict) and error.get("message"):
             return one_line(str(error["message"]))
+    if isinstance(body, str) and body.strip():
+        return one_line(body)
     return one_line(str(exc.message))
 
 
