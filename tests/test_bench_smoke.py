@@ -24,6 +24,16 @@ BENCH = Path(__file__).resolve().parents[1] / "bench"
         ("concurrency.py", ["--runs", "4", "--calls", "2", "--latency", "0.001"], "throughput"),
         ("supervisor.py", ["--runs", "3", "--calls", "2", "--latency", "0.001"], "RSS per run"),
         ("distributed.py", ["--smallest"], "throughput ratio 3/1"),
+        (
+            "model_transport.py",
+            ["--callers", "2", "--calls", "2", "--repeats", "1", "--latency", "0.001"],
+            "vs default",
+        ),
+        (  # HEAD exported as the baseline, one process a mode and side
+            "supervisor_events.py",
+            ["--runs", "3", "--calls", "1", "--repeat", "1", "--old-commit", "HEAD"],
+            "ratio new/old, cpu per run, one:",
+        ),
         (  # HEAD exported to a temporary directory against the working tree, one process each
             "compare_overhead.py",
             ["HEAD", "--runs", "1", "--iterations", "5", "--repeats", "1"],
@@ -41,6 +51,9 @@ def test_the_benchmark_runs(script: str, args: list[str], figure: str) -> None:
         assert done.stdout.count("ended: {'iterations_exhausted': 3}") == 4, done.stdout
     if script == "compare_overhead.py":  # each side measured its own tree's fisk_sm
         assert "old: " in done.stdout and "new: working tree (HEAD " in done.stdout
+    if script == "model_transport.py":  # every transport measured on both fakes
+        rows = [line.split()[0] for line in done.stdout.splitlines() if line.startswith("   ")]
+        assert rows.count("fisk-sm") == rows.count("aiohttp") == rows.count("httpx2") == 2
     if script == "journal.py":  # the many-runs figure and the LangGraph baseline are there
         assert "durable records/s, 50 concurrent runs" in done.stdout
         assert "LangGraph get_state" in done.stdout

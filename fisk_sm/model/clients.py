@@ -10,7 +10,9 @@ imports the SDK) in a worker thread beforehand, so that not even the first run b
 
 The sharing is per event loop because a pooled connection cannot move from one loop to another.
 A model built while no loop is running (a debugger's `SyncRun`, a script that builds its run
-before `asyncio.run`) gets a client of its own.
+before `asyncio.run`) gets a client of its own. The clients are built on aiohttp
+(`fisk_sm.model.transport`), whose session holds its loop: the clients of a loop closed without
+releasing them are closed when a client is next taken on another loop, not kept forever.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from fisk_sm.config.agent import LLMConfig
+from fisk_sm.model.transport import close_soon, new_client
 
 if TYPE_CHECKING:  # the SDK takes a second or two to import: `warm_up` does it off the loop
     import asyncio
@@ -45,10 +48,8 @@ def client_key(base_url: str | None, api_key: str | None) -> ClientKey:
 
 
 def _new_client(key: ClientKey) -> anthropic.AsyncAnthropic:
-    import anthropic
-
     base_url, api_key = key
-    return anthropic.AsyncAnthropic(api_key=api_key, base_url=base_url)
+    return new_client(base_url, api_key)
 
 
 def _with(client: anthropic.AsyncAnthropic, options: Options) -> anthropic.AsyncAnthropic:
@@ -86,6 +87,14 @@ class _LoopClients:
 _BY_LOOP: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopClients] = (
     weakref.WeakKeyDictionary()
 )
+
+
+def _clients_of(loop: asyncio.AbstractEventLoop) -> _LoopClients:
+    """`loop`'s clients. Those of closed loops are dropped and closed: an aiohttp session
+    holds its loop, so the weak mapping alone would never let them go."""
+    for closed in [other for other in _BY_LOOP if other.is_closed()]:
+        close_soon(entry.client for entry in _BY_LOOP.pop(closed).entries.values())
+    return _BY_LOOP.setdefault(loop, _LoopClients())
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:
@@ -130,7 +139,7 @@ def acquire(key: ClientKey, options: Options) -> ClientShare:
     loop = _running_loop()
     if loop is None:
         return ClientShare(_with(_new_client(key), options), key)
-    clients = _BY_LOOP.setdefault(loop, _LoopClients())
+    clients = _clients_of(loop)
     entry = clients.entries.get(key)
     if entry is None:
         entry = clients.entries[key] = _Entry(_new_client(key))
@@ -150,7 +159,7 @@ async def warm_up(llm: LLMConfig, api_key: str | None = None, max_retries: int =
 
     key = client_key(llm.base_url, api_key)
     options = (llm.budget.call_timeout, max_retries)
-    clients = _BY_LOOP.setdefault(asyncio.get_running_loop(), _LoopClients())
+    clients = _clients_of(asyncio.get_running_loop())
     entry = clients.entries.get(key)
     if entry is not None and options in entry.views:
         return

@@ -1,16 +1,22 @@
 """The supervisor's event hub: every run's typed events, fanned out to the stream's subscribers.
 
 Each run's sink (`RunSink`) keeps what the run JSON shows live (the states entered) and hands
-every event to the hub as `(name, JSON text)`: the JSON Lines adapter's fields, with `"type"`
-the event's class name. A subscriber (one `GET /api/events`) gets a bounded queue: a slow
-reader never blocks the runs; it misses events instead, and is told how many before the next
-one it gets (an `EventsDropped` note).
+every event to the hub: the JSON Lines adapter's fields, with `"type"` the event's class name.
+A subscriber (one `GET /api/events`) gets a bounded queue: a slow reader never blocks the runs;
+it misses events instead, and is told how many before the next one it gets (an `EventsDropped`
+note).
 
 Every event gets an id, `<boot>-<seq>`: `boot` a random hex token of this hub (so an id of
 another process is never taken for ours), `seq` counting from 1 over every run. The hub keeps
 the last `buffer` events, so that a reader that lost its connection can resubscribe `after` the
 last id it got and miss nothing; if what it missed is no longer held (or the id is another
 boot's) its stream starts with an `EventsGap` note instead: reload the listing.
+
+Only what is watched is paid for. An event is held as it came (a typed event, a run's
+`RunRow`), not encoded: its JSON is built once, when a subscriber wants it (the same text for
+every subscriber) or a resume replays it. With no events held (`--event-buffer 0`) an event
+nobody subscribes to is only numbered, and before anyone subscribed not even that (nobody has
+an id of this hub): a run's sink then asks the loop to build no events but the states entered.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import re
 import secrets
 from collections import deque
 from collections.abc import AsyncIterator, Callable
+from functools import partial
 from typing import Any
 
 from fisk_sm.events.adapters import event_fields
@@ -31,6 +38,7 @@ __all__ = [
     "DROPPED",
     "GAP",
     "EventHub",
+    "Held",
     "RunSink",
     "Subscriber",
     "event_json",
@@ -48,6 +56,8 @@ _ID = re.compile(r"([0-9a-fA-F]{1,64})-([0-9]{1,19})")
 
 #: An event as a subscriber gets it: (seq, name, JSON text).
 Item = tuple[int, str, str]
+#: An event's JSON object, or what builds it when it is first read.
+Data = dict[str, Any] | Callable[[], dict[str, Any]]
 
 
 def parse_event_id(text: str) -> tuple[str, int] | None:
@@ -59,6 +69,34 @@ def parse_event_id(text: str) -> tuple[str, int] | None:
 def event_json(event: Event) -> dict[str, Any]:
     """The JSON object of a typed event: `{"type": ClassName, "run_id": ..., ...fields}`."""
     return {"type": type(event).__name__, **event_fields(event)}
+
+
+_ENCODER = json.JSONEncoder(default=str)  # json.dumps(data, default=str), built once
+
+
+def encode(data: dict[str, Any]) -> str:
+    """An event's JSON text."""
+    return _ENCODER.encode(data)
+
+
+class Held:
+    """One published event: numbered, its JSON built at most once, when first read."""
+
+    __slots__ = ("_data", "_item", "name", "run_id", "seq")
+
+    def __init__(self, seq: int, name: str, run_id: str, data: Data) -> None:
+        self.seq, self.name, self.run_id = seq, name, run_id
+        self._data: Data | None = data
+        self._item: Item | None = None
+
+    def item(self) -> Item:
+        """The event as subscribers get it, encoded on the first call (the same text after)."""
+        if self._item is None:
+            data = self._data
+            assert data is not None
+            self._item = (self.seq, self.name, encode(data() if callable(data) else data))
+            self._data = None
+        return self._item
 
 
 class Subscriber:
@@ -127,7 +165,20 @@ class EventHub:
         self.subscribers: set[Subscriber] = set()
         self.boot = secrets.token_hex(8)
         self.seq = 0
-        self.held: deque[tuple[str, Item]] = deque(maxlen=buffer)
+        self.held: deque[Held] = deque(maxlen=buffer)
+        self.listened = False  # whether any reader has subscribed (and so knows `boot`)
+
+    @property
+    def numbering(self) -> bool:
+        """Whether events are numbered: they are held, or someone subscribed (knows `boot`)."""
+        return self.listened or bool(self.held.maxlen)
+
+    def watches(self, run_id: str) -> bool:
+        """Whether an event of `run_id` published now may be read: it is held (a resume may
+        replay it), or a subscriber wants it. Else `publish` only numbers it (`skip`)."""
+        if self.held.maxlen:
+            return True
+        return any(subscriber.wants(run_id) for subscriber in self.subscribers)
 
     def resize(self, buffer: int) -> None:
         """Hold the last `buffer` events from now on (the newest of those held stay)."""
@@ -146,6 +197,7 @@ class EventHub:
         if after is not None:
             replay = self._replay(run_id, after)
         subscriber = Subscriber(run_id, replay=replay)
+        self.listened = True
         self.subscribers.add(subscriber)  # no await since the replay: nothing slips between
         return subscriber
 
@@ -154,7 +206,7 @@ class EventHub:
         if parsed is None:
             raise ValueError(f"not an event id: {after!r}")
         boot, seq = parsed
-        oldest = self.held[0][1][0] if self.held else self.seq + 1
+        oldest = self.held[0].seq if self.held else self.seq + 1
         if boot != self.boot:
             reason = "the id is of another supervisor process (it restarted): reload"
         elif seq > self.seq:
@@ -162,7 +214,7 @@ class EventHub:
         elif seq + 1 < oldest:
             reason = f"{oldest - seq - 1} event(s) after it are no longer held: reload"
         else:
-            return [item for rid, item in self.held if item[0] > seq and _wanted(run_id, rid)]
+            return [e.item() for e in self.held if e.seq > seq and _wanted(run_id, e.run_id)]
         note = {"type": GAP, "last_event_id": after, "reason": reason}
         return [(self.seq, GAP, json.dumps(note))]
 
@@ -170,15 +222,26 @@ class EventHub:
         """Stop feeding `subscriber`."""
         self.subscribers.discard(subscriber)
 
-    def publish(self, name: str, run_id: str, data: dict[str, Any]) -> None:
-        """Number one event, hold it, and send it to every subscriber that wants it (encoded
-        once)."""
+    def publish(self, name: str, run_id: str, data: Data) -> None:
+        """Number one event, hold it, and send it to every subscriber that wants it: `data`
+        (or what the callable builds, once) is encoded once, when a subscriber wants it or a
+        resume replays it. Unwatched, only numbered (`skip`)."""
+        if not self.watches(run_id):
+            self.skip()
+            return
         self.seq += 1
-        item = (self.seq, name, json.dumps(data, default=str))
+        event = Held(self.seq, name, run_id, data)
         if self.held.maxlen:
-            self.held.append((run_id, item))
+            self.held.append(event)
         for subscriber in tuple(self.subscribers):
-            subscriber.offer(run_id, item)
+            if subscriber.wants(run_id):
+                subscriber.offer(run_id, event.item())
+
+    def skip(self) -> None:
+        """An event that nobody may read (`watches` is false): numbered if `numbering` (a
+        resume must see the hole), else not even that."""
+        if self.numbering:
+            self.seq += 1
 
     def close(self) -> None:
         """End every stream."""
@@ -201,10 +264,18 @@ class RunSink:
         self.changed = changed
         self.states: list[str] = []
 
+    def wants(self, kind: type[Event]) -> bool:
+        """The states entered always (the run's path, its row); the rest while the hub numbers
+        events (`EventHub.numbering`): else nobody could ever read them."""
+        return self.hub.numbering or issubclass(kind, StateEntered)
+
     def emit(self, event: Event) -> None:
-        """Note and publish `event`."""
+        """Note `event`, and publish it (its JSON built only when read)."""
+        hub = self.hub
+        if hub.watches(event.run_id):
+            hub.publish(type(event).__name__, event.run_id, partial(event_json, event))
+        else:
+            hub.skip()
         if isinstance(event, StateEntered):
             self.states.append(event.state)
-        self.hub.publish(type(event).__name__, event.run_id, event_json(event))
-        if isinstance(event, StateEntered):
             self.changed(event.run_id)

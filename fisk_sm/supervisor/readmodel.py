@@ -8,11 +8,14 @@ it, else its journal's fold, with the registry's (a cluster: the lease's) name a
 A park is announced once: `RunParked` when a run comes to wait for an approval it was not
 already announced waiting for; the other changes of a parked row (the desk taking the question,
 a shutdown stopping the task that waits) change nothing a listing shows, and send nothing.
+A row is taken for the stream only if someone may read it (`EventHub.watches`), its JSON built
+only when read; a listing builds its rows when it is read.
 """
 
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 from typing import Any
 
 import attrs
@@ -66,14 +69,18 @@ class RunViews:
     # -- the stream -------------------------------------------------------------------------
 
     def publish(self, kind: str, tracked: Tracked) -> None:
-        """Send a supervisor event (`RunSubmitted`, `RunParked`, `RunUpdated`) with the run."""
-        data = {"type": kind, **tracked.to_json()}
-        self.hub.publish(kind, tracked.entry.run_id, data)
+        """Send a supervisor event (`RunSubmitted`, `RunParked`, `RunUpdated`) with the run:
+        its row taken now, its JSON built when read (nothing at all while unwatched)."""
+        hub, run_id = self.hub, tracked.entry.run_id
+        if not hub.watches(run_id):
+            hub.skip()
+            return
+        hub.publish(kind, run_id, partial(tracked.row().event_json, kind))
 
     def _changed(self, run_id: str) -> None:
         tracked = self.runs.get(run_id)
-        if tracked is None:
-            return
+        if tracked is None or not self.hub.numbering:
+            return  # nothing held, nobody ever subscribed: nothing is announced
         if tracked.status != "parked":
             tracked.announced = None
             self.publish("RunUpdated", tracked)

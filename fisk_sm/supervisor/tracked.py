@@ -1,6 +1,6 @@
 """`Tracked`: one run of the supervisor, as the API shows it, whether a task drives it or not.
 
-The read model of a run is here, in one place (`Tracked.to_json`, what every listing, the run's
+The read model of a run is here, in one place (`Tracked.row`, what every listing, the run's
 page, the action replies and the `RunSubmitted`/`RunUpdated`/`RunParked` events send): while a
 task drives the run, its live data; else its journal's fold (`snapshot`, folded once into
 `folded` when it is set), with the name and disposition of the registry (or, in a cluster, the
@@ -11,6 +11,7 @@ after a restart and after a takeover: nothing in it is known only to the process
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 from fisk_sm.config.agent import AgentConfig
@@ -21,7 +22,7 @@ from fisk_sm.loop.run import Run
 from fisk_sm.model.blocks import Message
 from fisk_sm.supervisor.hub import RunSink
 from fisk_sm.supervisor.registry import ABORTED, OPERATOR_SUSPENDED, RegistryEntry
-from fisk_sm.supervisor.views import Folded, approval_json, run_json
+from fisk_sm.supervisor.views import Folded, RunRow
 
 __all__ = ["ENDED", "Tracked"]
 
@@ -107,8 +108,8 @@ class Tracked:
             return "failed"
         return state if state in ENDED else "suspended"
 
-    def to_json(self) -> dict[str, Any]:
-        """The API's `Run` object (with `owner` in a cluster)."""
+    def row(self) -> RunRow:
+        """The run's row as it is now (what `to_json` shows; the stream keeps it unencoded)."""
         run, folded = self.run, self.folded
         if run is not None and (self.live or folded is None):
             iteration, usage = run.data.iteration, run.data.usage
@@ -123,7 +124,7 @@ class Tracked:
             )
         else:
             iteration, usage, outcome, answer = 0, Usage(), None, ""
-        shown = run_json(
+        return RunRow(
             run_id=self.entry.run_id,
             name=self.name,
             state=self.state,
@@ -131,12 +132,16 @@ class Tracked:
             iteration=iteration,
             usage=usage,
             created=self.entry.created,
-            approval=approval_json(self.approval),
+            approval=self.approval,
             outcome=self.error or outcome,
             answer=answer,
+            owner=self.owner,
+            at=time.time(),
         )
-        owner = self.owner
-        return shown if owner is None else {**shown, "owner": owner}
+
+    def to_json(self) -> dict[str, Any]:
+        """The API's `Run` object (with `owner` in a cluster), built now."""
+        return self.row().to_json()
 
     def messages(self) -> tuple[Message, ...]:
         """The conversation so far."""

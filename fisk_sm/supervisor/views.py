@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import attrs
 
@@ -22,8 +22,8 @@ __all__ = [
     "STATUSES",
     "TRANSCRIPT_TAIL",
     "Folded",
+    "RunRow",
     "approval_json",
-    "run_json",
     "transcript",
     "usage_json",
 ]
@@ -95,33 +95,45 @@ def approval_json(approval: PendingApproval | None) -> dict[str, Any] | None:
     }
 
 
-def run_json(
-    *,
-    run_id: str,
-    name: str,
-    state: str,
-    status: str,
-    iteration: int,
-    usage: Usage,
-    created: float,
-    approval: dict[str, Any] | None,
-    outcome: str | None,
-    answer: str,
-) -> dict[str, Any]:
-    """The API's `Run` object."""
-    return {
-        "run_id": run_id,
-        "name": name,
-        "state": state,
-        "status": status,
-        "iteration": iteration,
-        "tokens": usage_json(usage),
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(created)),
-        "age_seconds": round(max(0.0, time.time() - created), 3),
-        "approval": approval,
-        "outcome": outcome,
-        "answer": answer,
-    }
+class RunRow(NamedTuple):
+    """What the API's `Run` object shows of a run, taken at `at` (`Tracked.row`): plain values,
+    cheap to take; the JSON is built from them only when someone reads it (`to_json`)."""
+
+    run_id: str
+    name: str
+    state: str
+    status: str
+    iteration: int
+    usage: Usage
+    created: float
+    approval: PendingApproval | None
+    outcome: str | None
+    answer: str
+    owner: str | None  # a cluster's: the supervisor that drives the run; None: not in one
+    at: float  # when the row was taken (`age_seconds` is its age then)
+
+    def to_json(self) -> dict[str, Any]:
+        """The API's `Run` object (with `owner` in a cluster)."""
+        shown = {
+            "run_id": self.run_id,
+            "name": self.name,
+            "state": self.state,
+            "status": self.status,
+            "iteration": self.iteration,
+            "tokens": usage_json(self.usage),
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.created)),
+            "age_seconds": round(max(0.0, self.at - self.created), 3),
+            "approval": approval_json(self.approval),
+            "outcome": self.outcome,
+            "answer": self.answer,
+        }
+        if self.owner is not None:
+            shown["owner"] = self.owner
+        return shown
+
+    def event_json(self, kind: str) -> dict[str, Any]:
+        """The row as the stream's event `kind` (`RunSubmitted`, `RunUpdated`, `RunParked`)."""
+        return {"type": kind, **self.to_json()}
 
 
 def _result_text(content: object) -> str:
