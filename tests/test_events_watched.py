@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 
 from fisk_sm import parse_config
@@ -88,8 +88,8 @@ ROWS = ("RunSubmitted", "RunUpdated", "RunParked")
 
 async def listing(sup: Supervisor) -> list[dict[str, Any]]:
     """`GET /api/runs` of the supervisor's control API."""
-    transport = httpx.ASGITransport(app=build_app(sup))
-    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:8") as client:
+    transport = httpx2.ASGITransport(app=build_app(sup))
+    async with httpx2.AsyncClient(transport=transport, base_url="http://127.0.0.1:8") as client:
         runs: list[dict[str, Any]] = (await client.get("/api/runs")).json()["runs"]
     return runs
 
