@@ -6,7 +6,7 @@ A real `fisk-sm supervise` (tests/ctlkit.py's, with a token) runs `--runs` real 
 1,000) through the engine against the fake Messages API, each answered at once. Headless
 Chromium (Debian's, as in tests/browserkit.py) then opens each dashboard. Both pages are
 served the same way: Playwright answers `GET /` with the page assembled by
-`fisk_sm.supervisor.page.assemble` (the files' CSS and JS put inline) and its
+`fisk_sm.supervisor.api.page.assemble` (the files' CSS and JS put inline) and its
 Content-Security-Policy; everything else goes to the supervisor.
 
 * **first render**: from the navigation's start (`performance.now()` = 0) to the first frame
@@ -49,7 +49,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from browserkit import chromium_path  # noqa: E402
 from ctlkit import DEADLINE, Supervisor, wait_until  # noqa: E402
 
-from fisk_sm.supervisor.page import Page, assemble, load_page  # noqa: E402
+from fisk_sm.supervisor.api.page import Page, assemble, load_page  # noqa: E402
 from fisk_sm.testing import FakeMessagesAPI, Reply  # noqa: E402
 
 TOKEN = "bench-token"
@@ -75,14 +75,17 @@ def old_page(commit: str) -> Page:
     """The dashboard of `commit`, assembled as the server assembles the current one."""
 
     def show(name: str) -> str:
-        path = f"fisk_sm/supervisor/{name}"
-        return subprocess.run(
-            ["git", "show", f"{commit}:{path}"],
-            cwd=ROOT,
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout
+        # Under supervisor/api/ since issue 24; in supervisor/ itself before.
+        for where in ("fisk_sm/supervisor/api", "fisk_sm/supervisor"):
+            shown = subprocess.run(
+                ["git", "show", f"{commit}:{where}/{name}"],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+            )
+            if shown.returncode == 0:
+                return shown.stdout
+        raise SystemExit(f"{name} is in neither place at commit {commit}: {shown.stderr.strip()}")
 
     return assemble(show("dashboard.html"), show("dashboard.css"), show("dashboard.js"))
 

@@ -264,7 +264,7 @@ def test_the_cli_refuses_bad_allow_host_and_config_dir(tmp_path: Path) -> None:
 
 
 def test_served_hosts_come_from_the_bound_socket() -> None:
-    from fisk_sm.supervisor.server import served_hosts  # here: the other tests run without it
+    from fisk_sm.supervisor.api.server import served_hosts  # here: the other tests run without it
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -310,7 +310,7 @@ _JSON = st.recursive(
 @settings(max_examples=300, deadline=None)
 @given(_JSON, st.integers(min_value=0, max_value=8))
 def test_the_depth_scan_agrees_with_the_parsed_depth(value: object, limit: int) -> None:
-    from fisk_sm.supervisor.bodies import BadRequest, check_depth  # new: imported here
+    from fisk_sm.supervisor.api.bodies import BadRequest, check_depth  # new: imported here
 
     raw = json.dumps(value).encode()
     try:

@@ -36,8 +36,8 @@ from fisk_sm.config.agent import parse_config
 from fisk_sm.journal.filestore import FileStore
 from fisk_sm.supervisor import Supervisor as InProcess
 from fisk_sm.supervisor.api import build_app
+from fisk_sm.supervisor.api.security import BodyLimit
 from fisk_sm.supervisor.confine import ConfigDirs, NotAllowed
-from fisk_sm.supervisor.security import BodyLimit
 from fisk_sm.testing import FakeMessagesAPI, Reply
 
 TOKEN = "review-token-1"

@@ -68,7 +68,9 @@ KEPT = {
 #: the API's JSON error shape, not a dropped connection), then re-raises the exception, always,
 #: for the server to log with its traceback. Recorded and re-raised: what issue 21 allows.
 ANSWERED = {
-    ("supervisor/api.py", "build_app"): "test_an_unexpected_error_in_a_route_is_a_500_and_logged",
+    ("supervisor/api/app.py", "build_app"): (
+        "test_an_unexpected_error_in_a_route_is_a_500_and_logged"
+    ),
 }
 
 #: What catches everything (`except`, `suppress(...)`, a handler registered for it).
@@ -499,7 +501,7 @@ async def test_cluster_start_failure_and_a_failing_loop(
 def test_an_unexpected_error_in_a_route_is_a_500_and_logged(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """api.py `_failed` (a bug injected: no real route of the API raises one on purpose)."""
+    """api/app.py `_failed` (a bug injected: no real route of the API raises one on purpose)."""
     import http.client
     import socket
     import threading

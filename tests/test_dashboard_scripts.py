@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fisk_sm.supervisor import page
+from fisk_sm.supervisor.api import page
 
 
 def test_the_page_script_is_the_listed_files_joined_in_order_and_hashed() -> None:

@@ -297,7 +297,7 @@ def test_a_moved_name_says_where_it_lives_now() -> None:
 #: their modules on purpose: nothing below them imports them).
 INITS = [
     p
-    for p in [PACKAGE / "__init__.py", *sorted(PACKAGE.glob("*/__init__.py"))]
+    for p in [PACKAGE / "__init__.py", *sorted(PACKAGE.rglob("*/__init__.py"))]
     if "_EXPORTS" in p.read_text()
 ]
 
@@ -328,7 +328,7 @@ def test_the_type_checking_imports_match_the_lazy_table(init: Path) -> None:
     }
     assert checked == lazy
     package = importlib.import_module(
-        "fisk_sm" if init.parent == PACKAGE else f"fisk_sm.{init.parent.name}"
+        ".".join(["fisk_sm", *init.parent.relative_to(PACKAGE).parts])
     )
     assert sorted(package.__all__) == sorted(lazy)
     for name, where in lazy.items():

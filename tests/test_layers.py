@@ -90,3 +90,27 @@ def test_the_core_imports_no_sdk_http_stack_or_terminal_ui_at_module_level() -> 
             if name.split(".")[0] in HEAVY:
                 heavy.append(f"{module.relative_to(PACKAGE)} imports {name}")
     assert heavy == []
+
+
+# The parts of the supervisor (the HTTP side first; see fisk_sm/supervisor/api/__init__.py).
+
+SUPERVISOR = PACKAGE / "supervisor"
+API = SUPERVISOR / "api"
+#: `fisk_sm.supervisor.api`, imported (TYPE_CHECKING imports too) or named as `from ... import api`.
+IMPORTS_THE_API = re.compile(
+    r"^\s*(?:from\s+fisk_sm\.supervisor\.api\b|import\s+fisk_sm\.supervisor\.api\b"
+    r"|from\s+fisk_sm\.supervisor\s+import\s+(?:\(\s*)?(?:[\w\s,]*,\s*)?api\b)",
+    re.MULTILINE,
+)
+
+
+def test_nothing_in_the_supervisor_imports_its_api() -> None:
+    """The API calls the supervisor, never the other way: no module of fisk_sm/supervisor/
+    outside api/ imports it (the command line, above the supervisor, does)."""
+    climbs = [
+        str(module.relative_to(PACKAGE))
+        for module in sorted(SUPERVISOR.rglob("*.py"))
+        if API not in module.parents and IMPORTS_THE_API.search(module.read_text())
+    ]
+    assert climbs == []
+    assert IMPORTS_THE_API.search((PACKAGE / "cli" / "supervise.py").read_text())  # it sees one

@@ -30,7 +30,7 @@ from fisk_sm.journal.filestore import FileStore
 from fisk_sm.journal.records import ToolResult, User
 from fisk_sm.supervisor import Supervisor
 from fisk_sm.supervisor.api import build_app
-from fisk_sm.supervisor.server import bind, serve_app, url_of
+from fisk_sm.supervisor.api.server import bind, serve_app, url_of
 from fisk_sm.testing import FakeMessagesAPI, Reply
 
 CLI = [sys.executable, "-m", "fisk_sm.cli"]

@@ -27,9 +27,7 @@ from fisk_sm.loop.harness import RunOptions
 from fisk_sm.operator.sanitize import say
 from fisk_sm.supervisor import Supervisor
 from fisk_sm.supervisor.api import ControlApp, build_app
-from fisk_sm.supervisor.confine import ConfigDirs
-from fisk_sm.supervisor.registry import hold_directory
-from fisk_sm.supervisor.server import (
+from fisk_sm.supervisor.api.server import (
     DEFAULT_LISTEN,
     ListenError,
     bind,
@@ -41,6 +39,8 @@ from fisk_sm.supervisor.server import (
     url_of,
     write_url,
 )
+from fisk_sm.supervisor.confine import ConfigDirs
+from fisk_sm.supervisor.registry import hold_directory
 
 if TYPE_CHECKING:
     from fisk_sm.supervisor.cluster_setup import ClusterSettings

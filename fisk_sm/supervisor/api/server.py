@@ -21,7 +21,7 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from fisk_sm.journal.statedir import make_private_directory, open_regular
-from fisk_sm.supervisor.security import LOOPBACK_NAMES
+from fisk_sm.supervisor.api.security import LOOPBACK_NAMES
 
 __all__ = [
     "DEFAULT_LISTEN",

@@ -1,4 +1,4 @@
-"""The schemas of the control API's OpenAPI document (`fisk_sm.supervisor.openapi`): the
+"""The schemas of the control API's OpenAPI document (`fisk_sm.supervisor.api.openapi`): the
 Run, its approval, the bodies the POSTs take and the events the stream sends."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The OpenAPI 3.1 document of the control API, written by hand next to the routes it describes
-(`fisk_sm.supervisor.api`); a test checks that every route is in it and that it validates.
+(`fisk_sm.supervisor.api.app`); a test checks that every route is in it and that it validates.
 
 It is meant to be true (tests/test_api_schemathesis.py runs schemathesis against a live
 supervisor): every status an operation can answer is listed, the middlewares' too (401, 403,
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fisk_sm.supervisor.openapi_schemas import SCHEMAS, STR, ref
+from fisk_sm.supervisor.api.openapi_schemas import SCHEMAS, STR, ref
 
 __all__ = ["openapi_document"]
 

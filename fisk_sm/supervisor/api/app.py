@@ -6,8 +6,8 @@ field), 401 (no or a wrong token), 403 (a cross-origin POST), 404 (an unknown ru
 `application/json`), 421 (a `Host` the API is not served under). With a token set, every
 request needs `Authorization: Bearer TOKEN`; `GET /` and `GET /api/events` also take
 `?token=TOKEN` (a page's URL, an EventSource, which cannot set headers). The defences are the
-middlewares of `fisk_sm.supervisor.security`; the routes and their JSON are in
-`fisk_sm.supervisor.openapi`.
+middlewares of `fisk_sm.supervisor.api.security`; the routes and their JSON are in
+`fisk_sm.supervisor.api.openapi`.
 """
 
 from __future__ import annotations
@@ -32,15 +32,11 @@ from fisk_sm.machine.diagram import DiagramError, draw
 from fisk_sm.machine.path import PathError, SessionPath, session_path
 from fisk_sm.machine.table import load_table
 from fisk_sm.operator.sanitize import say as log_line
-from fisk_sm.supervisor.bodies import BadRequest, field, read_object
-from fisk_sm.supervisor.confine import ConfigDirs, NotAllowed
-from fisk_sm.supervisor.desk import ANSWERS
-from fisk_sm.supervisor.ending import end_chat
-from fisk_sm.supervisor.hub import EventHub, Subscriber, parse_event_id
-from fisk_sm.supervisor.methods import MethodGuard, allowed_methods, not_allowed
-from fisk_sm.supervisor.openapi import openapi_document
-from fisk_sm.supervisor.page import DASHBOARD, Page, load_page
-from fisk_sm.supervisor.security import (
+from fisk_sm.supervisor.api.bodies import BadRequest, field, read_object
+from fisk_sm.supervisor.api.methods import MethodGuard, allowed_methods, not_allowed
+from fisk_sm.supervisor.api.openapi import openapi_document
+from fisk_sm.supervisor.api.page import DASHBOARD, Page, load_page
+from fisk_sm.supervisor.api.security import (
     LOOPBACK_NAMES,
     BodyLimit,
     HostGuard,
@@ -50,6 +46,10 @@ from fisk_sm.supervisor.security import (
     SecurityHeaders,
     TokenGuard,
 )
+from fisk_sm.supervisor.confine import ConfigDirs, NotAllowed
+from fisk_sm.supervisor.desk import ANSWERS
+from fisk_sm.supervisor.ending import end_chat
+from fisk_sm.supervisor.hub import EventHub, Subscriber, parse_event_id
 from fisk_sm.supervisor.supervisor import Conflict, NotFound, Supervisor
 from fisk_sm.supervisor.views import transcript
 
