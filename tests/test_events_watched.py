@@ -23,9 +23,10 @@ from fisk_sm import parse_config
 from fisk_sm.events.types import MessageReceived, StateEntered
 from fisk_sm.journal.filestore import FileStore
 from fisk_sm.loop.harness import RunOptions
-from fisk_sm.supervisor import Supervisor, Tracked, hub
+from fisk_sm.supervisor import Supervisor, Tracked
 from fisk_sm.supervisor.api import build_app
-from fisk_sm.supervisor.hub import Item, Subscriber
+from fisk_sm.supervisor.view import hub
+from fisk_sm.supervisor.view.hub import Item, Subscriber
 from fisk_sm.testing import FakeMessagesAPI, Reply
 from fisk_sm.tools.base import tool
 

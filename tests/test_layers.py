@@ -114,3 +114,28 @@ def test_nothing_in_the_supervisor_imports_its_api() -> None:
     ]
     assert climbs == []
     assert IMPORTS_THE_API.search((PACKAGE / "cli" / "supervise.py").read_text())  # it sees one
+
+
+VIEW = SUPERVISOR / "view"
+#: What the read model must not import: the API, the host that drives runs, the cluster.
+#: (A prefix: "cluster" is also cluster_runs and cluster_setup.)
+NOT_FOR_THE_VIEW = ("api", "supervisor", "cluster", "ownership", "desk", "registry")
+SUPERVISOR_IMPORT = re.compile(
+    r"^\s*(?:from|import)\s+fisk_sm\.supervisor\.(\w+)"
+    r"|^\s*from\s+fisk_sm\.supervisor\s+import\s+\(?\s*([\w\s,]+)",
+    re.MULTILINE,
+)
+#: Known exceptions until the host split (design step 4): a row shows the registry's disposition
+#: names (ABORTED, OPERATOR_SUSPENDED) and is built from a RegistryEntry.
+KNOWN_VIEW_CLIMBS = {("tracked.py", "registry")}
+
+
+def test_the_read_model_imports_neither_the_host_nor_the_api() -> None:
+    """The view reads journals and drives nothing: no module of fisk_sm/supervisor/view/ imports
+    the API, the supervisor module, the cluster, ownership, the desk or the registry."""
+    climbs = set()
+    for module in sorted(VIEW.rglob("*.py")):
+        for direct, named in SUPERVISOR_IMPORT.findall(module.read_text()):
+            targets = [direct] if direct else [n.strip() for n in named.split(",")]
+            climbs |= {(module.name, t) for t in targets if t.startswith(NOT_FOR_THE_VIEW)}
+    assert climbs == KNOWN_VIEW_CLIMBS

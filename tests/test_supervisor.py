@@ -25,7 +25,7 @@ from fisk_sm.model import clients
 from fisk_sm.supervisor import Supervisor
 from fisk_sm.supervisor.api import build_app
 from fisk_sm.supervisor.api.openapi import openapi_document
-from fisk_sm.supervisor.hub import DROPPED, Subscriber
+from fisk_sm.supervisor.view.hub import DROPPED, Subscriber
 from fisk_sm.testing import FakeMessagesAPI, Reply
 from fisk_sm.testing.conversations import first_user_text, turn_of
 

@@ -2,10 +2,10 @@
 control API (`fisk-sm supervise`)."""
 
 from fisk_sm.supervisor.desk import ApprovalDesk, DeskPrompter, PendingApproval
-from fisk_sm.supervisor.hub import EventHub
 from fisk_sm.supervisor.registry import Registry, RegistryEntry
 from fisk_sm.supervisor.supervisor import Conflict, NotFound, Supervisor
-from fisk_sm.supervisor.tracked import Tracked
+from fisk_sm.supervisor.view.hub import EventHub
+from fisk_sm.supervisor.view.tracked import Tracked
 
 __all__ = [
     "ApprovalDesk",

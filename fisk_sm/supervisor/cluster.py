@@ -56,7 +56,7 @@ from fisk_sm.supervisor.lease import (
 from fisk_sm.supervisor.ownership import LeaseHolder
 from fisk_sm.supervisor.registry import RegistryEntry
 from fisk_sm.supervisor.supervisor import Conflict, NotFound
-from fisk_sm.supervisor.tracked import ENDED, Tracked
+from fisk_sm.supervisor.view.tracked import ENDED, Tracked
 from fisk_sm.supervisor.workqueue import Submission, WorkQueue
 
 __all__ = ["ClusterSupervisor"]

@@ -18,11 +18,11 @@ from fisk_sm.config.agent import AgentConfig
 from fisk_sm.config.states import States
 from fisk_sm.journal.base import JournalError
 from fisk_sm.journal.jetstream import JetStreamStore
-from fisk_sm.supervisor.hub import EventHub, RunSink
 from fisk_sm.supervisor.lease import ABORTED, ENDED, OPERATOR_SUSPENDED, Lease, LeaseView
 from fisk_sm.supervisor.registry import RegistryEntry
-from fisk_sm.supervisor.tracked import ENDED as ENDED_STATES
-from fisk_sm.supervisor.tracked import Tracked
+from fisk_sm.supervisor.view.hub import EventHub, RunSink
+from fisk_sm.supervisor.view.tracked import ENDED as ENDED_STATES
+from fisk_sm.supervisor.view.tracked import Tracked
 
 __all__ = ["MAX_AGE", "ClusterTracked", "NoRegistry", "RemoteRuns", "epoch"]
 

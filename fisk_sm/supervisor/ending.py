@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from fisk_sm.loop.actions import Inbox
 from fisk_sm.supervisor.errors import Conflict
-from fisk_sm.supervisor.tracked import ENDED, Tracked
+from fisk_sm.supervisor.view.tracked import ENDED, Tracked
 
 __all__ = ["end_chat"]
 

@@ -31,7 +31,6 @@ from fisk_sm.loop.sessions import start_session
 from fisk_sm.operator.sanitize import say
 from fisk_sm.supervisor.approvals_kv import SharedDesk
 from fisk_sm.supervisor.cluster_runs import ClusterTracked, NoRegistry, epoch
-from fisk_sm.supervisor.hub import RunSink
 from fisk_sm.supervisor.lease import (
     ABORTED,
     ACTIVE,
@@ -47,8 +46,9 @@ from fisk_sm.supervisor.lease import (
 )
 from fisk_sm.supervisor.registry import RegistryEntry
 from fisk_sm.supervisor.supervisor import Conflict, Supervisor
-from fisk_sm.supervisor.tracked import ENDED as ENDED_STATES
-from fisk_sm.supervisor.tracked import Tracked
+from fisk_sm.supervisor.view.hub import RunSink
+from fisk_sm.supervisor.view.tracked import ENDED as ENDED_STATES
+from fisk_sm.supervisor.view.tracked import Tracked
 from fisk_sm.supervisor.workqueue import Submission
 
 __all__ = ["FENCE_TRIES", "LeaseHolder"]

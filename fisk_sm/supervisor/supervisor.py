@@ -44,8 +44,6 @@ from fisk_sm.operator.sanitize import say
 from fisk_sm.supervisor.confine import ConfigDirs
 from fisk_sm.supervisor.desk import ApprovalDesk, DeskPrompter
 from fisk_sm.supervisor.errors import Conflict, NotFound
-from fisk_sm.supervisor.hub import EventHub, RunSink
-from fisk_sm.supervisor.readmodel import RunViews, resumes
 from fisk_sm.supervisor.registry import (
     ABORTED,
     OPERATOR_SUSPENDED,
@@ -54,7 +52,9 @@ from fisk_sm.supervisor.registry import (
     Registry,
     RegistryEntry,
 )
-from fisk_sm.supervisor.tracked import ENDED, Tracked
+from fisk_sm.supervisor.view.book import RunViews, resumes
+from fisk_sm.supervisor.view.hub import EventHub, RunSink
+from fisk_sm.supervisor.view.tracked import ENDED, Tracked
 
 __all__ = ["SLOT_STATES", "Conflict", "NotFound", "Supervisor"]
 

@@ -49,9 +49,9 @@ from fisk_sm.supervisor.api.security import (
 from fisk_sm.supervisor.confine import ConfigDirs, NotAllowed
 from fisk_sm.supervisor.desk import ANSWERS
 from fisk_sm.supervisor.ending import end_chat
-from fisk_sm.supervisor.hub import EventHub, Subscriber, parse_event_id
 from fisk_sm.supervisor.supervisor import Conflict, NotFound, Supervisor
-from fisk_sm.supervisor.views import transcript
+from fisk_sm.supervisor.view.hub import EventHub, Subscriber, parse_event_id
+from fisk_sm.supervisor.view.rows import transcript
 
 __all__ = ["DASHBOARD", "MAX_BODY", "ControlApp", "TokenGuard", "build_app", "error"]
 

@@ -1,7 +1,7 @@
 """The supervisor's read side: looking runs up, listing them, their pending approvals, the
 events that announce a row's change, and what a shutdown leaves behind.
 
-Every row is `Tracked.to_json` (`fisk_sm.supervisor.tracked`): the live run while a task drives
+Every row is `Tracked.to_json` (`fisk_sm.supervisor.view.tracked`): the live run while a task drives
 it, else its journal's fold, with the registry's (a cluster: the lease's) name and disposition.
 `RunViews` is the half of `Supervisor` that reads them; the other half drives the runs.
 
@@ -26,9 +26,9 @@ from fisk_sm.journal.jetstream import JetStreamStore
 from fisk_sm.journal.records import Record
 from fisk_sm.journal.snapshot import Snapshot
 from fisk_sm.supervisor.errors import NotFound
-from fisk_sm.supervisor.hub import EventHub
-from fisk_sm.supervisor.tracked import Tracked
-from fisk_sm.supervisor.views import approval_json
+from fisk_sm.supervisor.view.hub import EventHub
+from fisk_sm.supervisor.view.rows import approval_json
+from fisk_sm.supervisor.view.tracked import Tracked
 
 __all__ = ["Leftover", "RunViews", "resumes"]
 

@@ -20,9 +20,9 @@ from fisk_sm.events.usage import Usage
 from fisk_sm.journal.snapshot import PendingApproval, Snapshot
 from fisk_sm.loop.run import Run
 from fisk_sm.model.blocks import Message
-from fisk_sm.supervisor.hub import RunSink
 from fisk_sm.supervisor.registry import ABORTED, OPERATOR_SUSPENDED, RegistryEntry
-from fisk_sm.supervisor.views import Folded, RunRow
+from fisk_sm.supervisor.view.hub import RunSink
+from fisk_sm.supervisor.view.rows import Folded, RunRow
 
 __all__ = ["ENDED", "Tracked"]
 
@@ -91,7 +91,7 @@ class Tracked:
 
     @property
     def status(self) -> str:
-        """The API's status of the run (see `fisk_sm.supervisor.views.STATUSES`)."""
+        """The API's status of the run (see `fisk_sm.supervisor.view.rows.STATUSES`)."""
         state = self.state
         if self.entry.disposition == ABORTED:
             return "aborted"
