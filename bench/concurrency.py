@@ -94,8 +94,17 @@ def fake_api(replies: list[Reply], in_process: bool) -> Iterator[str]:
         with FakeMessagesAPI(replies) as api:
             yield api.base_url
         return
-    ours, theirs = multiprocessing.get_context("spawn").Pipe()
-    child = multiprocessing.get_context("spawn").Process(target=serve, args=(replies, theirs))
+    with served_in_child(serve, replies) as base_url:
+        yield base_url
+
+
+@contextmanager
+def served_in_child(target: Callable[..., None], *args: Any) -> Iterator[str]:
+    """A server run by `target(*args, conn)` in a spawned child: it sends its base URL on
+    `conn`, then serves until it receives "stop" (sent when the block ends)."""
+    context = multiprocessing.get_context("spawn")
+    ours, theirs = context.Pipe()
+    child = context.Process(target=target, args=(*args, theirs))
     child.start()
     try:
         yield ours.recv()

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import multiprocessing
 import os
 import shutil
 import subprocess
@@ -40,9 +39,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # concurrency
 
 import clusterkit
 import natskit
+from concurrency import served_in_child
 
 from fisk_sm.journal.filestore import FileStore
 from fisk_sm.journal.jetstream import JetStreamStore
@@ -112,15 +113,8 @@ def serve(prompts: list[str], latency: float, conn: Connection) -> None:
 @contextmanager
 def fake_api(prompts: list[str], latency: float) -> Iterator[str]:
     """The fake API in a child process (its request threads off this process's GIL)."""
-    context = multiprocessing.get_context("spawn")
-    ours, theirs = context.Pipe()
-    child = context.Process(target=serve, args=(prompts, latency, theirs))
-    child.start()
-    try:
-        yield ours.recv()
-    finally:
-        ours.send("stop")
-        child.join(10)
+    with served_in_child(serve, prompts, latency) as base_url:
+        yield base_url
 
 
 def trial(root: Path, supervisors: int, runs: int, latency: float, concurrency: int) -> float:

@@ -35,7 +35,6 @@ import argparse
 import asyncio
 import gc
 import json
-import multiprocessing
 import os
 import statistics
 import sys
@@ -50,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # concurrency
 
 import anthropic
 import httpx2
-from concurrency import config, fake_api, script
+from concurrency import config, fake_api, script, served_in_child
 
 from fisk_sm.model.anthropic import AnthropicModel, ModelRequest, build_request
 from fisk_sm.model.blocks import Message
@@ -123,7 +122,7 @@ async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, del
         writer.close()
 
 
-def serve_kept_alive(conn: Connection, delay: float) -> None:
+def serve_kept_alive(delay: float, conn: Connection) -> None:
     """The child process: the keep-alive fake, until told to stop."""
 
     async def main() -> None:
@@ -139,15 +138,8 @@ def serve_kept_alive(conn: Connection, delay: float) -> None:
 
 @contextmanager
 def kept_alive(delay: float) -> Iterator[str]:
-    context = multiprocessing.get_context("spawn")
-    ours, theirs = context.Pipe()
-    child = context.Process(target=serve_kept_alive, args=(theirs, delay))
-    child.start()
-    try:
-        yield ours.recv()
-    finally:
-        ours.send("stop")
-        child.join(10)
+    with served_in_child(serve_kept_alive, delay) as base_url:
+        yield base_url
 
 
 async def rounds(args: argparse.Namespace, base_url: str) -> dict[str, list[tuple[float, float]]]:
