@@ -271,11 +271,7 @@ class RunSink:
 
     def emit(self, event: Event) -> None:
         """Note `event`, and publish it (its JSON built only when read)."""
-        hub = self.hub
-        if hub.watches(event.run_id):
-            hub.publish(type(event).__name__, event.run_id, partial(event_json, event))
-        else:
-            hub.skip()
+        self.hub.publish(type(event).__name__, event.run_id, partial(event_json, event))
         if isinstance(event, StateEntered):
             self.states.append(event.state)
             self.changed(event.run_id)
