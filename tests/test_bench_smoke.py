@@ -34,6 +34,12 @@ BENCH = Path(__file__).resolve().parents[1] / "bench"
             ["--runs", "3", "--calls", "1", "--repeat", "1", "--old-commit", "HEAD"],
             "ratio new/old, cpu per run, one:",
         ),
+        (  # `fisk-sm supervise` of HEAD against the working tree's, both models
+            "supervise.py",
+            ["--runs", "3", "--calls", "1", "--warm", "1", "--latency", "0.001"]
+            + ["--old-commit", "HEAD"],
+            "new/old runs/s",
+        ),
         (  # HEAD exported to a temporary directory against the working tree, one process each
             "compare_overhead.py",
             ["HEAD", "--runs", "1", "--iterations", "5", "--repeats", "1"],
@@ -49,6 +55,8 @@ def test_the_benchmark_runs(script: str, args: list[str], figure: str) -> None:
     assert figure in done.stdout
     if script == "supervisor.py":  # every trial ran its runs to the iteration cap
         assert done.stdout.count("ended: {'iterations_exhausted': 3}") == 4, done.stdout
+    if script == "supervise.py":  # both models, every measured run at the iteration cap
+        assert done.stdout.count("iterations_exhausted") == 4, done.stdout
     if script == "compare_overhead.py":  # each side measured its own tree's fisk_sm
         assert "old: " in done.stdout and "new: working tree (HEAD " in done.stdout
     if script == "model_transport.py":  # every transport measured on both fakes
