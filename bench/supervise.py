@@ -167,13 +167,16 @@ class Trial:
         )
         return agent
 
-    def run(self, base_url: str, workers: int | None) -> dict[str, Any]:
+    def run(self, base_url: str, workers: int | None, profile: Path | None) -> dict[str, Any]:
         state = self.root / "state"
         argv = [sys.executable, "-m", "fisk_sm.cli", "supervise", "-c", str(self.agent(base_url))]
         argv += ["--listen", "127.0.0.1:0", "--state-dir", str(state)]
         argv += ["--concurrency", str(self.args.runs), "--event-buffer", "4096"]
         if workers is not None:
             argv += ["--workers", str(workers)]
+        if profile is not None:  # py-spy's collapsed stacks of every supervisor process
+            spy = ["py-spy", "record", "--subprocesses", "--format", "raw", "--rate", "250"]
+            argv = [*spy, "-o", str(profile), "--", *argv]
         env = {k: v for k, v in os.environ.items() if not k.startswith("FISK_SM_")}
         env["PYTHONPATH"] = f"{self.root / 'hook'}:{self.tree}"
         env["ANTHROPIC_API_KEY"] = "bench"
@@ -203,7 +206,10 @@ class Trial:
             url = (state / "supervisor.url").read_text().strip()
             return self.measure(url, process.pid, state)
         finally:
-            process.send_signal(signal.SIGTERM)
+            pids = tree_of(process.pid)  # under py-spy, the supervisor is its child
+            os.kill(
+                pids[1] if profile is not None and len(pids) > 1 else process.pid, signal.SIGTERM
+            )
             try:
                 process.wait(60)
             except subprocess.TimeoutExpired:
@@ -282,11 +288,12 @@ def trial(
     from concurrency import script, serve, served_in_child
 
     workers = args.workers if new else None
+    profile = args.py_spy / f"{model}.txt" if new and args.py_spy else None
     if model == "SDK":
         replies = script(args.warm + args.runs, args.calls, args.latency)
         with served_in_child(serve, replies) as base_url:
-            return Trial(tree, root, args, model).run(base_url, workers)
-    return Trial(tree, root, args, model).run("http://127.0.0.1:9", workers)
+            return Trial(tree, root, args, model).run(base_url, workers, profile)
+    return Trial(tree, root, args, model).run("http://127.0.0.1:9", workers, profile)
 
 
 def compare(args: argparse.Namespace) -> None:
@@ -350,6 +357,12 @@ def main() -> int:
         help="in-process,SDK (default both)",
     )
     parser.add_argument("--workers", type=int, help="--workers for the new side (default: none)")
+    parser.add_argument(
+        "--py-spy",
+        type=Path,
+        metavar="DIR",
+        help="record the new side with py-spy (on PATH) into DIR/<model>.txt (figures skewed)",
+    )
     parser.add_argument("--old-commit", default="dd8b2d4", help="the baseline (default dd8b2d4)")
     parser.add_argument("--new-tree", type=Path, help="measure this checkout (default: this one)")
     args = parser.parse_args()

@@ -376,3 +376,28 @@ async def test_the_model_gets_the_schema_and_its_input_is_checked_over_the_sdk(
         "<Color.RED: 'red'> (1, 2) Line(start=Pos(x=0, y=0), end=Pos(x=2, y=3), label='line')"
         " {'a': 1, 'b': 'b'} None"
     )
+
+
+def test_a_config_tool_is_derived_once_and_each_load_gets_its_own_schema(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A supervisor loads agent.yaml's tools for every run it starts: the schema of one
+    function is made once (pydantic's costs about a millisecond), and a load that changes its
+    copy changes no other load's."""
+    from fisk_sm.tools import schema
+    from fisk_sm.tools.base import load_tool
+
+    (tmp_path / "counted_tools.py").write_text(
+        "def count(n: int, step: int = 1) -> int:\n    '''Count.'''\n    return n + step\n"
+    )
+    made: list[str] = []
+    derive = schema._derive
+    monkeypatch.setattr(schema, "_derive", lambda fn: made.append(fn.__name__) or derive(fn))
+    first, second = (load_tool("counted_tools:count", tmp_path) for _ in range(2))
+    assert made == ["count"]
+    assert first.input_schema == second.input_schema
+    first.input_schema["properties"]["n"]["type"] = "string"
+    third = load_tool("counted_tools:count", tmp_path)
+    assert third.input_schema["properties"]["n"] == {"type": "integer"}
+    assert second.input_schema["properties"]["n"] == {"type": "integer"}
+    assert third.check({"n": "3"}) == {"n": 3}

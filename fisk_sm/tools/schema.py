@@ -21,10 +21,12 @@ bare `list` or `dict` stays `{"type": "array"}` or `{"type": "object"}` (no `ite
 
 from __future__ import annotations
 
+import copy
 import inspect
 import re
 import types
 import typing
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
@@ -188,13 +190,30 @@ def _jsonable(value: Any) -> tuple[bool, Any]:
         return False, None
 
 
-def derive(
-    fn: Callable[..., Any],
-) -> tuple[str, dict[str, Any], Callable[[Mapping[str, Any]], dict[str, Any]]]:
-    """The description, input schema and input check of `fn`.
+Derived = tuple[str, dict[str, Any], Callable[[Mapping[str, Any]], dict[str, Any]]]
+#: What `derive` made of each function: a supervisor loads a config's tools for every run it
+#: starts, and pydantic's schema of one signature costs about a millisecond.
+_DERIVED: weakref.WeakKeyDictionary[Callable[..., Any], Derived] = weakref.WeakKeyDictionary()
+
+
+def derive(fn: Callable[..., Any]) -> Derived:
+    """The description, input schema and input check of `fn`, made once per function (each
+    caller gets its own copy of the schema, which it may change).
 
     The check returns the keyword arguments to call `fn` with (converted to its types; a
     parameter the model left out is left to `fn`'s default) or raises `InputError`."""
+    try:
+        made = _DERIVED.get(fn)
+    except TypeError:  # not weakly referable: made every time
+        return _derive(fn)
+    if made is None:
+        made = _DERIVED[fn] = _derive(fn)
+    description, schema, check = made
+    return description, copy.deepcopy(schema), check
+
+
+def _derive(fn: Callable[..., Any]) -> Derived:
+    """`derive`, made anew."""
     import warnings
 
     import typing_extensions as te
