@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # the real imports, for type checkers and IDEs; never run
     from fisk_sm.loop.sync import SyncRun
     from fisk_sm.machine.evaluator import Step
     from fisk_sm.operator.prompter import Approval, Prompter, ScriptedPrompter
-    from fisk_sm.supervisor.supervisor import Supervisor
+    from fisk_sm.supervisor.host.host import Supervisor
     from fisk_sm.tools.base import Tool, tool
 
 #: Where each public name lives (imported on first use).
@@ -62,7 +62,7 @@ _EXPORTS = {
     "Approval": "fisk_sm.operator.prompter",
     "Prompter": "fisk_sm.operator.prompter",
     "ScriptedPrompter": "fisk_sm.operator.prompter",
-    "Supervisor": "fisk_sm.supervisor.supervisor",
+    "Supervisor": "fisk_sm.supervisor.host.host",
     "Tool": "fisk_sm.tools.base",
     "tool": "fisk_sm.tools.base",
 }

@@ -51,12 +51,12 @@ LIMIT = 10
 KEPT = {
     ("cli/main.py", "main"): "test_cli_top_level_turns_any_failure_into_one_line",
     ("journal/writer.py", "_serve"): "test_a_bug_in_the_journal_writer_fails_the_appends_only",
-    ("supervisor/cluster.py", "_guarded"): "test_cluster_start_failure_and_a_failing_loop",
-    ("supervisor/ownership.py", "_take_submission"): (
+    ("supervisor/host/member.py", "_guarded"): "test_cluster_start_failure_and_a_failing_loop",
+    ("supervisor/host/leased.py", "_take_submission"): (
         "test_cluster_start_failure_and_a_failing_loop"
     ),
-    ("supervisor/supervisor.py", "_drive"): "test_a_tool_raising_and_a_full_disk_in_a_supervisor",
-    ("supervisor/supervisor.py", "_resume"): "test_a_run_that_cannot_resume_fails_alone",
+    ("supervisor/host/drive.py", "drive"): "test_a_tool_raising_and_a_full_disk_in_a_supervisor",
+    ("supervisor/host/host.py", "_resume"): "test_a_run_that_cannot_resume_fails_alone",
     ("testing/server.py", "_answer"): "test_a_responder_raising_anything_is_an_error_reply",
     ("tools/base.py", "load_tool"): "test_a_run_that_cannot_resume_fails_alone",
     ("tools/base.py", "_call"): "test_a_tool_raising_and_a_full_disk_in_a_supervisor",
@@ -296,7 +296,7 @@ async def test_a_bug_in_the_journal_writer_fails_the_appends_only(
 
 
 async def test_a_registry_append_hands_its_failure_to_every_waiter(tmp_path: Path) -> None:
-    from fisk_sm.supervisor.registry import Registry
+    from fisk_sm.supervisor.host.registry import Registry
 
     registry = Registry(tmp_path / "supervisor")
     registry.path.mkdir(parents=True)  # runs.jsonl is a directory: a disk that refuses it
@@ -460,8 +460,8 @@ async def test_cluster_start_failure_and_a_failing_loop(
     import nats
 
     from fisk_sm.journal.jetstream_stream import init_stream
-    from fisk_sm.supervisor.cluster_setup import ClusterSettings, cluster
-    from fisk_sm.supervisor.workqueue import DEFAULT_QUEUE_STREAM
+    from fisk_sm.supervisor.cluster.workqueue import DEFAULT_QUEUE_STREAM
+    from fisk_sm.supervisor.host.cluster_setup import ClusterSettings, cluster
 
     monkeypatch.setenv("ANTHROPIC_API_KEY", "test")
     broken = TOOLS + "\nraise LookupError('the tools moved')\n"
@@ -559,13 +559,13 @@ def test_an_unexpected_error_in_a_route_is_a_500_and_logged(
 async def test_the_mirrors_stop_on_a_closed_connection_and_name_a_dead_follower(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """lease.py `stop_following`, approvals_kv.py `_delete`: a connection closed first is named
+    """lease.py `stop_following`, shared_desk.py `_delete`: a connection closed first is named
     (the watcher's stop, a delete, fail with it); a follower that died of a bug is raised."""
     import nats
     from nats.js.api import KeyValueConfig
 
-    from fisk_sm.supervisor.approvals_kv import SharedDesk
-    from fisk_sm.supervisor.lease import LeaseValue, LeaseView
+    from fisk_sm.supervisor.cluster.lease import LeaseValue, LeaseView
+    from fisk_sm.supervisor.host.shared_desk import SharedDesk
 
     with natskit.nats_server(tmp_path) as url:
         nc = await nats.connect(url)

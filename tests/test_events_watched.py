@@ -26,7 +26,7 @@ from fisk_sm.loop.harness import RunOptions
 from fisk_sm.supervisor import Supervisor, Tracked
 from fisk_sm.supervisor.api import build_app
 from fisk_sm.supervisor.view import hub
-from fisk_sm.supervisor.view.hub import Item, Subscriber
+from fisk_sm.supervisor.view.hub import EventHub, Item, Subscriber
 from fisk_sm.testing import FakeMessagesAPI, Reply
 from fisk_sm.tools.base import tool
 
@@ -223,3 +223,17 @@ async def drain_queued(subscriber: Subscriber) -> list[Item]:
         assert item is not None
         queued.append(item)
     return queued
+
+
+async def test_an_event_given_as_json_text_is_sent_as_is(calls: Counter[str]) -> None:
+    """A worker process encodes its events; the front's hub hands the text on untouched, with
+    its own id, to a reader and to a resume alike (and encodes nothing itself)."""
+    hub = EventHub()
+    reader = hub.subscribe()
+    text = '{"type": "StateEntered", "run_id": "r1", "state": "call"}'
+    hub.publish("StateEntered", "r1", text)
+    hub.close()
+    got = await drain(reader)
+    assert got == [(1, "StateEntered", text)]
+    assert hub.subscribe(after=hub.event_id(0)).replay == got
+    assert calls["encode"] == 0

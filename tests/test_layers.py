@@ -116,26 +116,84 @@ def test_nothing_in_the_supervisor_imports_its_api() -> None:
     assert IMPORTS_THE_API.search((PACKAGE / "cli" / "supervise.py").read_text())  # it sees one
 
 
-VIEW = SUPERVISOR / "view"
-#: What the read model must not import: the API, the host that drives runs, the cluster.
-#: (A prefix: "cluster" is also cluster_runs and cluster_setup.)
-NOT_FOR_THE_VIEW = ("api", "supervisor", "cluster", "ownership", "desk", "registry")
-SUPERVISOR_IMPORT = re.compile(
-    r"^\s*(?:from|import)\s+fisk_sm\.supervisor\.(\w+)"
-    r"|^\s*from\s+fisk_sm\.supervisor\s+import\s+\(?\s*([\w\s,]+)",
-    re.MULTILINE,
+#: The parts of the supervisor, bottom to top (design: notes/i24-design.md §2.3): the shared
+#: leaves, the NATS parts, the read model, the host that drives runs, its worker processes, the
+#: HTTP API; the package's own lazy exports above them all. A part imports only its own or
+#: lower parts' modules (TYPE_CHECKING imports too).
+BASE = {"interface", "errors", "confine"}
+PARTS = {"base": 0, "cluster": 1, "view": 2, "host": 3, "host.workers": 4, "api": 5, "package": 6}
+#: The climbs (module, the part it imports) allowed: none. (It was a list that could only
+#: shrink while the migration ran: notes/i24-design.md §4.)
+KNOWN_CLIMBS: set[tuple[str, str]] = set()
+SUPERVISOR_MODULE = re.compile(
+    r"^\s*(?:from|import)\s+fisk_sm\.supervisor(?:\.(\w+)(?:\.(\w+))?)?\b", re.MULTILINE
 )
-#: Known exceptions until the host split (design step 4): a row shows the registry's disposition
-#: names (ABORTED, OPERATOR_SUSPENDED) and is built from a RegistryEntry.
-KNOWN_VIEW_CLIMBS = {("tracked.py", "registry")}
 
 
-def test_the_read_model_imports_neither_the_host_nor_the_api() -> None:
-    """The view reads journals and drives nothing: no module of fisk_sm/supervisor/view/ imports
-    the API, the supervisor module, the cluster, ownership, the desk or the registry."""
-    climbs = set()
-    for module in sorted(VIEW.rglob("*.py")):
-        for direct, named in SUPERVISOR_IMPORT.findall(module.read_text()):
-            targets = [direct] if direct else [n.strip() for n in named.split(",")]
-            climbs |= {(module.name, t) for t in targets if t.startswith(NOT_FOR_THE_VIEW)}
-    assert climbs == KNOWN_VIEW_CLIMBS
+def part_of(names: list[str]) -> str:
+    """The part of the module `fisk_sm.supervisor.<names...>` (a file's, or an import's)."""
+    if not names or names[0] == "__init__":
+        return "package"
+    first = names[0]
+    if first == "host" and names[1:2] == ["workers"]:
+        return "host.workers"
+    if (SUPERVISOR / first).is_dir():
+        return first
+    assert first in BASE, f"fisk_sm.supervisor.{first}: a module outside every part"
+    return "base"
+
+
+def supervisor_imports(module: Path) -> list[list[str]]:
+    """The modules of fisk_sm.supervisor that `module` imports, as name lists."""
+    found = SUPERVISOR_MODULE.findall(module.read_text())
+    return [[name for name in names if name] for names in found]
+
+
+def climbs() -> set[tuple[str, str]]:
+    """(module, part) of every import from a lower part to a higher one."""
+    found = set()
+    for module in sorted(SUPERVISOR.rglob("*.py")):
+        names = list(module.relative_to(SUPERVISOR).with_suffix("").parts)
+        rank = PARTS[part_of(names)]
+        for target in supervisor_imports(module):
+            part = part_of(target)
+            if PARTS[part] > rank:
+                found.add(("/".join(names), part))
+    return found
+
+
+def test_the_supervisor_parts_call_only_down() -> None:
+    assert climbs() == KNOWN_CLIMBS
+
+
+def test_the_api_imports_only_the_interface() -> None:
+    """The API calls a `HostControl` (interface.py), and reaches nothing else of the supervisor:
+    not the host, the read model, the hub, the desk, the cluster."""
+    reached = set()
+    for module in sorted(API.rglob("*.py")):
+        for target in supervisor_imports(module):
+            if target[:1] != ["api"] and not (len(target) == 1 and target[0] in BASE):
+                reached.add((module.name, ".".join(target)))
+    assert reached == set()
+
+
+def test_the_interface_is_a_leaf() -> None:
+    """interface.py imports no part of the supervisor, and of fisk_sm only the client's records
+    and the machine's path (what crosses a worker's pipe is plain values)."""
+    text = (SUPERVISOR / "interface.py").read_text()
+    assert supervisor_imports(SUPERVISOR / "interface.py") == []
+    assert set(IMPORT_PATH.findall(text)) == {"client.records", "machine.path"}
+
+
+IMPORT_PATH = re.compile(r"^\s*(?:from|import)\s+fisk_sm\.([\w.]+)", re.MULTILINE)
+#: What a module of the supervisor may be at most (dashboard.js is no module).
+MAX_LINES = 400
+
+
+def test_no_supervisor_module_passes_400_lines() -> None:
+    long = {
+        str(module.relative_to(SUPERVISOR)): lines
+        for module in SUPERVISOR.rglob("*.py")
+        if (lines := len(module.read_text().splitlines())) > MAX_LINES
+    }
+    assert long == {}

@@ -17,7 +17,7 @@ import pytest
 from nats.js.api import KeyValueConfig, StorageType
 from nats.js.kv import KeyValue
 
-from fisk_sm.supervisor.lease import (
+from fisk_sm.supervisor.cluster.lease import (
     PARKED,
     RELEASED,
     LeaseLost,

@@ -40,10 +40,11 @@ from fisk_sm.supervisor.api.server import (
     write_url,
 )
 from fisk_sm.supervisor.confine import ConfigDirs
-from fisk_sm.supervisor.registry import hold_directory
+from fisk_sm.supervisor.host.control import LocalControl
+from fisk_sm.supervisor.host.registry import hold_directory
 
 if TYPE_CHECKING:
-    from fisk_sm.supervisor.cluster_setup import ClusterSettings
+    from fisk_sm.supervisor.host.cluster_setup import ClusterSettings
 
 __all__ = ["add_supervise_parser", "cmd_supervise"]
 
@@ -146,6 +147,13 @@ def add_supervise_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser
         help="the last N events held for event readers that reconnect (default 4096)",
     )
     parser.add_argument(
+        "--workers",
+        type=int,
+        default=0,
+        metavar="N",
+        help="drive the runs in N worker processes behind this one (default 0: in this process)",
+    )
+    parser.add_argument(
         "--otel",
         action="store_true",
         help="export OpenTelemetry traces of every run over OTLP/HTTP (where:"
@@ -208,13 +216,18 @@ def cmd_supervise(args: argparse.Namespace) -> int:
         extra = {form for text in args.allow_host for form in parse_allow_host(text, bound)}
     except ListenError as exc:
         raise UsageError(str(exc)) from None
-    app = functools.partial(
-        build_app,
-        token=token,
-        hosts=served_hosts(sock, host, extra),
-        config_dirs=dirs,
-        event_buffer=args.event_buffer,
+    serve = functools.partial(
+        build_app, token=token, hosts=served_hosts(sock, host, extra), config_dirs=dirs
     )
+
+    if args.workers:  # N worker processes behind this one
+        from fisk_sm.cli.supervise_workers import supervise_workers
+
+        return supervise_workers(args, config, store, sock, serve, dirs)
+
+    def app(supervisor: Supervisor) -> ControlApp:
+        return serve(LocalControl(supervisor, event_buffer=args.event_buffer))
+
     export = telemetry_export(config, flag=args.otel)  # one adapter for every run
     options = None if export is None else RunOptions(events=export.events)
     try:
@@ -247,7 +260,7 @@ def _cluster_settings(args: argparse.Namespace, config: AgentConfig) -> ClusterS
         if not getattr(args, flag) > 0:
             raise UsageError(f"--{flag.replace('_', '-')}: must be positive")
     try:
-        from fisk_sm.supervisor.cluster_setup import ClusterSettings
+        from fisk_sm.supervisor.host.cluster_setup import ClusterSettings
     except ImportError:
         raise UsageError("--nats needs nats-py: pip install 'fisk-sm[nats]'") from None
     try:
@@ -294,7 +307,7 @@ async def _main_cluster(
     dirs: ConfigDirs | None = None,
 ) -> int:
     from fisk_sm.journal.base import JournalError
-    from fisk_sm.supervisor.cluster_setup import cluster
+    from fisk_sm.supervisor.host.cluster_setup import cluster
 
     stop = asyncio.Event()
     _on_signals(stop)

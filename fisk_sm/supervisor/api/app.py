@@ -1,4 +1,6 @@
-"""The control API: a Starlette app over a `Supervisor`, on the supervisor's own loop.
+"""The control API: a Starlette app over a `HostControl` (`fisk_sm.supervisor.interface`), on
+the host's own loop. It checks each request, calls the host, and shapes the JSON; it reaches
+nothing else of the supervisor (tests/test_layers.py).
 
 JSON in and out; errors are `{"error": "<one line>"}` with 400 (a bad body or id, naming the
 field), 401 (no or a wrong token), 403 (a cross-origin POST), 404 (an unknown run or approval),
@@ -26,10 +28,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from fisk_sm.config.errors import ConfigError, one_line
 from fisk_sm.config.text import UnencodableText
-from fisk_sm.journal.base import JournalError
 from fisk_sm.journal.filestore import InvalidIdError, check_run_id
 from fisk_sm.machine.diagram import DiagramError, draw
-from fisk_sm.machine.path import PathError, SessionPath, session_path
 from fisk_sm.machine.table import load_table
 from fisk_sm.operator.sanitize import say as log_line
 from fisk_sm.supervisor.api.bodies import BadRequest, field, read_object
@@ -47,11 +47,18 @@ from fisk_sm.supervisor.api.security import (
     TokenGuard,
 )
 from fisk_sm.supervisor.confine import ConfigDirs, NotAllowed
-from fisk_sm.supervisor.desk import ANSWERS
-from fisk_sm.supervisor.ending import end_chat
-from fisk_sm.supervisor.supervisor import Conflict, NotFound, Supervisor
-from fisk_sm.supervisor.view.hub import EventHub, Subscriber, parse_event_id
-from fisk_sm.supervisor.view.rows import transcript
+from fisk_sm.supervisor.errors import Conflict, NotFound
+from fisk_sm.supervisor.interface import (
+    ANSWER_NAMES,
+    Action,
+    Controllable,
+    EventFeed,
+    HostControl,
+    SubmitRequest,
+    Subscription,
+    approval_json,
+    parse_event_id,
+)
 
 __all__ = ["DASHBOARD", "MAX_BODY", "ControlApp", "TokenGuard", "build_app", "error"]
 
@@ -105,28 +112,28 @@ class ControlApp(Starlette):
 
 
 class EventStream(EventSourceResponse):
-    """The event stream of `hub` (one run's, or all), each event with its `id:`, after the
+    """The event stream of `feed` (one run's, or all), each event with its `id:`, after the
     held events that came `after` the given id (or a gap note): subscribed only while the
     response runs, and unsubscribed however it ends. (Subscribing in the handler leaked the
     subscriber of a `HEAD`, which sse_starlette answers without ever starting the stream.)"""
 
-    def __init__(self, hub: EventHub, run_id: str | None, after: str | None = None) -> None:
-        self.hub, self.run_id, self.after = hub, run_id, after
-        self.subscriber: Subscriber | None = None
+    def __init__(self, feed: EventFeed, run_id: str | None, after: str | None = None) -> None:
+        self.feed, self.run_id, self.after = feed, run_id, after
+        self.subscription: Subscription | None = None
         super().__init__(self._items(), ping=15)
 
     async def _items(self) -> AsyncIterator[dict[str, str]]:
-        assert self.subscriber is not None  # set by __call__ before the stream starts
-        async for seq, name, data in self.subscriber.items():
-            yield {"id": self.hub.event_id(seq), "event": name, "data": data}
+        assert self.subscription is not None  # set by __call__ before the stream starts
+        async for event_id, name, data in self.subscription.events():
+            yield {"id": event_id, "event": name, "data": data}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Subscribe, answer, unsubscribe (a client gone, a HEAD, the hub closed)."""
-        self.subscriber = self.hub.subscribe(self.run_id, self.after)
+        """Subscribe, answer, unsubscribe (a client gone, a HEAD, the feed closed)."""
+        self.subscription = self.feed.subscribe(self.run_id, self.after)
         try:
             await super().__call__(scope, receive, send)
         finally:
-            self.hub.unsubscribe(self.subscriber)
+            self.feed.unsubscribe(self.subscription)
 
 
 def _last_event_id(request: Request) -> str | None:
@@ -145,25 +152,23 @@ def _last_event_id(request: Request) -> str | None:
 
 
 def build_app(
-    supervisor: Supervisor,
+    host: HostControl | Controllable,
     token: str | None = None,
     *,
     hosts: Iterable[str] = ANY_LOOPBACK,
     config_dirs: ConfigDirs | None = None,
-    event_buffer: int | None = None,
 ) -> ControlApp:
-    """The control API of `supervisor`: served under `hosts` (`host:port` forms, `host:*` for
-    any port), every route needing `token` if given, the last `event_buffer` events held for
-    readers that reconnect (default: the hub's), run configs confined to `config_dirs`
-    (default: the directory of the supervisor's agent.yaml)."""
+    """The control API of `host` (a `HostControl`, or what hands one out: a `Supervisor`):
+    served under `hosts` (`host:port` forms, `host:*` for any port), every route needing
+    `token` if given, run configs confined to `config_dirs` (default: the directory of the
+    host's agent.yaml)."""
+    control = host.control() if isinstance(host, Controllable) else host
     dirs = config_dirs
-    if event_buffer is not None:
-        supervisor.hub.resize(event_buffer)
 
     async def confined(text: str) -> str:
         nonlocal dirs
         if dirs is None:
-            dirs = await asyncio.to_thread(ConfigDirs.of, supervisor.config.path)
+            dirs = await asyncio.to_thread(ConfigDirs.of, control.config_path)
         try:
             return str(await asyncio.to_thread(dirs.confine, text))
         except NotAllowed:
@@ -181,67 +186,48 @@ def build_app(
             raise BadRequest(f"chat: must be a boolean, not {type(chat).__name__}")
         path = await confined(config) if config else None
         try:
-            start = supervisor.submit_chat if chat else supervisor.submit
-            tracked = await start(prompt, name, path)
+            row = await control.submit(SubmitRequest(prompt, name, path, chat))
         except ConfigError as exc:  # its message may quote the file: for the log only
             log_line(f"fisk-sm supervise: POST /api/runs: {exc}")
             raise BadRequest("config: does not load (see the supervisor's log)") from None
-        return JSONResponse(tracked.to_json(), status_code=201)
+        return JSONResponse(row.to_json(), status_code=201)
 
     async def list_runs(request: Request) -> Response:
-        await supervisor.refresh()
-        return JSONResponse({"runs": [t.to_json() for t in supervisor.listing()]})
-
-    async def _path(run_id: str) -> SessionPath | None:
-        try:
-            records = await supervisor.records_of(run_id)
-            return await asyncio.to_thread(session_path, records)
-        except (PathError, OSError, ValueError, JournalError):
-            return None
+        return JSONResponse({"runs": [row.to_json() for row in await control.listing()]})
 
     async def show(request: Request) -> Response:
-        run_id = _run_id(request)
-        await supervisor.refresh()
-        tracked = supervisor.get(run_id)
-        path = await _path(run_id)
-        states = list(path.states) if path is not None else list(tracked.sink.states)
-        shown = {**tracked.to_json(), "transcript": transcript(tracked.messages())}
-        return JSONResponse({**shown, "path": states})
+        return JSONResponse((await control.show(_run_id(request))).to_json())
 
     async def diagram(request: Request) -> Response:
-        run_id = _run_id(request)
-        supervisor.get(run_id)
-        path = await _path(run_id)
+        path = await control.session_path(_run_id(request))
         try:
             svg = await asyncio.to_thread(draw, load_table(), "svg", [path] if path else [])
         except DiagramError as exc:
             return error(501, str(exc))
         return Response(svg, media_type="image/svg+xml")
 
-    def action(name: str) -> Handler:
+    def action(name: Action) -> Handler:
         async def act(request: Request) -> Response:
             run_id = _run_id(request)
             await read_object(request)  # {}: no fields yet, but a POST has a JSON body
-            tracked = await getattr(supervisor, name)(run_id)
-            return JSONResponse(tracked.to_json(), status_code=202)
+            return JSONResponse((await control.act(run_id, name)).to_json(), status_code=202)
 
         act.__name__ = name
         return act
 
     async def approvals(request: Request) -> Response:
-        await supervisor.refresh()
-        return JSONResponse({"approvals": supervisor.approvals()})
+        pending = [approval_json(approval) for approval in await control.approvals()]
+        return JSONResponse({"approvals": pending})
 
     async def answer(request: Request) -> Response:
         run_id = _run_id(request)
         tool_use_id = str(request.path_params["tool_use_id"])
         body = await read_object(request)
         given = field(body, "answer", required=True)
-        approval = ANSWERS.get(given or "")
-        if approval is None:
+        if given not in ANSWER_NAMES:
             raise BadRequest(f"answer: must be one of once, always, deny; not {given!r}")
-        tracked = await supervisor.answer(run_id, tool_use_id, approval)
-        return JSONResponse(tracked.to_json())
+        row = await control.answer(run_id, tool_use_id, given)
+        return JSONResponse(row.to_json())
 
     async def say(request: Request) -> Response:
         run_id = _run_id(request)
@@ -249,13 +235,7 @@ def build_app(
         if not (text or "").strip():
             raise BadRequest("text: must not be empty")
         assert text is not None
-        return JSONResponse((await supervisor.say(run_id, text)).to_json(), status_code=202)
-
-    async def end(request: Request) -> Response:
-        run_id = _run_id(request)
-        await read_object(request)  # {} like the other actions
-        tracked = end_chat(supervisor.get(run_id))  # it ends at its (next) prompt
-        return JSONResponse(tracked.to_json(), status_code=202)
+        return JSONResponse((await control.say(run_id, text)).to_json(), status_code=202)
 
     async def events(request: Request) -> Response:
         run_id = request.query_params.get("run")
@@ -264,8 +244,8 @@ def build_app(
                 check_run_id(run_id)
             except InvalidIdError as exc:
                 raise BadRequest(f"run: {exc}") from None
-            supervisor.get(run_id)
-        return EventStream(supervisor.hub, run_id, _last_event_id(request))
+            await control.row(run_id)
+        return EventStream(control.events, run_id, _last_event_id(request))
 
     async def openapi(request: Request) -> Response:
         return JSONResponse(openapi_document())
@@ -290,7 +270,7 @@ def build_app(
         Route("/api/runs/{run_id}/resume", _errors(action("resume")), methods=["POST"]),
         Route("/api/runs/{run_id}/abort", _errors(action("abort")), methods=["POST"]),
         Route("/api/runs/{run_id}/say", _errors(say), methods=["POST"]),
-        Route("/api/runs/{run_id}/end", _errors(end), methods=["POST"]),
+        Route("/api/runs/{run_id}/end", _errors(action("end")), methods=["POST"]),
         Route("/api/approvals", _errors(approvals), methods=["GET"]),
         Route("/api/runs/{run_id}/approvals/{tool_use_id}", _errors(answer), methods=["POST"]),
         Route("/api/events", _errors(events), methods=["GET"]),

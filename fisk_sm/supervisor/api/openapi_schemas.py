@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fisk_sm.supervisor.view.rows import STATUSES
+from fisk_sm.supervisor.interface import STATUSES
 
 __all__ = ["SCHEMAS", "STR", "ref"]
 

@@ -1,9 +1,9 @@
 """The supervisor's read side: looking runs up, listing them, their pending approvals, the
 events that announce a row's change, and what a shutdown leaves behind.
 
-Every row is `Tracked.to_json` (`fisk_sm.supervisor.view.tracked`): the live run while a task drives
+Every row is `Tracked.row` (`fisk_sm.supervisor.view.tracked`): the live run while a task drives
 it, else its journal's fold, with the registry's (a cluster: the lease's) name and disposition.
-`RunViews` is the half of `Supervisor` that reads them; the other half drives the runs.
+`RunBook` is the read model the host keeps (`Host.book`); the host drives the runs.
 
 A park is announced once: `RunParked` when a run comes to wait for an approval it was not
 already announced waiting for; the other changes of a parked row (the desk taking the question,
@@ -26,11 +26,12 @@ from fisk_sm.journal.jetstream import JetStreamStore
 from fisk_sm.journal.records import Record
 from fisk_sm.journal.snapshot import Snapshot
 from fisk_sm.supervisor.errors import NotFound
+from fisk_sm.supervisor.interface import approval_json
 from fisk_sm.supervisor.view.hub import EventHub
-from fisk_sm.supervisor.view.rows import approval_json
+from fisk_sm.supervisor.view.rows import approval_of
 from fisk_sm.supervisor.view.tracked import Tracked
 
-__all__ = ["Leftover", "RunViews", "resumes"]
+__all__ = ["Leftover", "RunBook", "resumes"]
 
 #: The journal statuses a restart (or a takeover) resumes from.
 RESUMABLE_JOURNALS = frozenset({"open", States.SUSPENDED})
@@ -59,12 +60,14 @@ class Leftover:
     suspended: int
 
 
-class RunViews:
-    """Reading a supervisor's runs (`runs`, published to `hub`), whoever drives them."""
+class RunBook:
+    """A host's runs (`runs`, announced on `hub`, their journals in `store`), whoever drives
+    them: looked up, listed, and their changes published."""
 
-    hub: EventHub
-    runs: dict[str, Tracked]
-    store: FileStore | JetStreamStore
+    def __init__(self, hub: EventHub, store: FileStore | JetStreamStore) -> None:
+        self.hub = hub
+        self.store = store
+        self.runs: dict[str, Tracked] = {}
 
     # -- the stream -------------------------------------------------------------------------
 
@@ -77,7 +80,9 @@ class RunViews:
             return
         hub.publish(kind, run_id, partial(tracked.row().event_json, kind))
 
-    def _changed(self, run_id: str) -> None:
+    def changed(self, run_id: str) -> None:
+        """The row of `run_id` may have changed (a state entered, the desk, an action):
+        announce it if it did, and someone may read it."""
         tracked = self.runs.get(run_id)
         if tracked is None or not self.hub.numbering:
             return  # nothing held, nobody ever subscribed: nothing is announced
@@ -92,13 +97,7 @@ class RunViews:
         tracked.announced = park
         self.publish("RunParked", tracked)
 
-    def _desk_changed(self, run_id: str) -> None:
-        self._changed(run_id)
-
     # -- looking runs up --------------------------------------------------------------------
-
-    async def refresh(self) -> None:
-        """Bring the runs of other supervisors up to date (a cluster's; here, nothing)."""
 
     async def snapshot_of(self, run_id: str) -> Snapshot:
         """The folded journal of `run_id`, read off the loop."""
@@ -128,9 +127,9 @@ class RunViews:
         """Every pending approval: of live runs at the desk, and of parked sessions."""
         found = []
         for tracked in self.listing():
-            approval = approval_json(tracked.approval)
+            approval = approval_of(tracked.approval)
             if approval is not None and tracked.status == "parked":
-                found.append(approval)
+                found.append(approval_json(approval))
         return found
 
     def leftover(self) -> Leftover:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import secrets
 from collections import deque
 from collections.abc import AsyncIterator, Callable
@@ -32,6 +31,7 @@ from typing import Any
 
 from fisk_sm.events.adapters import event_fields
 from fisk_sm.events.types import Event, StateEntered
+from fisk_sm.supervisor.interface import DROPPED, GAP, Subscription, parse_event_id
 
 __all__ = [
     "BUFFER",
@@ -45,25 +45,15 @@ __all__ = [
     "parse_event_id",
 ]
 
-#: The note a subscriber gets after it missed events.
-DROPPED = "EventsDropped"
-#: The note a resumed subscriber gets first when events after its last id are lost.
-GAP = "EventsGap"
 QUEUE_SIZE = 1000
 #: How many of the last events the hub keeps for readers that reconnect.
 BUFFER = 4096
-_ID = re.compile(r"([0-9a-fA-F]{1,64})-([0-9]{1,19})")
 
 #: An event as a subscriber gets it: (seq, name, JSON text).
 Item = tuple[int, str, str]
-#: An event's JSON object, or what builds it when it is first read.
-Data = dict[str, Any] | Callable[[], dict[str, Any]]
-
-
-def parse_event_id(text: str) -> tuple[str, int] | None:
-    """`(boot, seq)` of an event id `<hex>-<int>`, or None if `text` is not one."""
-    found = _ID.fullmatch(text)
-    return None if found is None else (found.group(1).lower(), int(found.group(2)))
+#: An event's JSON object, or what builds it when it is first read, or its JSON text already
+#: encoded (by a worker process: sent as is).
+Data = dict[str, Any] | Callable[[], dict[str, Any]] | str
 
 
 def event_json(event: Event) -> dict[str, Any]:
@@ -94,7 +84,9 @@ class Held:
         if self._item is None:
             data = self._data
             assert data is not None
-            self._item = (self.seq, self.name, encode(data() if callable(data) else data))
+            if not isinstance(data, str):  # else encoded already (by a worker)
+                data = encode(data() if callable(data) else data)
+            self._item = (self.seq, self.name, data)
             self._data = None
         return self._item
 
@@ -104,9 +96,15 @@ class Subscriber:
     `replay` (the held events it missed, or a gap note)."""
 
     def __init__(
-        self, run_id: str | None, size: int = QUEUE_SIZE, replay: list[Item] | None = None
+        self,
+        run_id: str | None,
+        size: int = QUEUE_SIZE,
+        replay: list[Item] | None = None,
+        *,
+        boot: str = "",
     ) -> None:
         self.run_id = run_id
+        self.boot = boot  # the hub's: an event's id is `<boot>-<seq>`
         self.queue: asyncio.Queue[Item | None] = asyncio.Queue(size)
         self.dropped = 0
         self.replay = replay or []
@@ -155,6 +153,11 @@ class Subscriber:
                 yield item[0] - 1, DROPPED, json.dumps(note)
             yield item
 
+    async def events(self) -> AsyncIterator[tuple[str, str, str]]:
+        """`items` with each event's id (`interface.Subscription`)."""
+        async for seq, name, data in self.items():
+            yield f"{self.boot}-{seq}", name, data
+
 
 class EventHub:
     """Fans every published event out to the subscribers, and holds the last `buffer`."""
@@ -196,7 +199,7 @@ class EventHub:
         replay: list[Item] = []
         if after is not None:
             replay = self._replay(run_id, after)
-        subscriber = Subscriber(run_id, replay=replay)
+        subscriber = Subscriber(run_id, replay=replay, boot=self.boot)
         self.listened = True
         self.subscribers.add(subscriber)  # no await since the replay: nothing slips between
         return subscriber
@@ -218,9 +221,10 @@ class EventHub:
         note = {"type": GAP, "last_event_id": after, "reason": reason}
         return [(self.seq, GAP, json.dumps(note))]
 
-    def unsubscribe(self, subscriber: Subscriber) -> None:
-        """Stop feeding `subscriber`."""
-        self.subscribers.discard(subscriber)
+    def unsubscribe(self, subscriber: Subscription) -> None:
+        """Stop feeding `subscriber` (one of this hub's)."""
+        if isinstance(subscriber, Subscriber):
+            self.subscribers.discard(subscriber)
 
     def publish(self, name: str, run_id: str, data: Data) -> None:
         """Number one event, hold it, and send it to every subscriber that wants it: `data`

@@ -1,4 +1,5 @@
-"""What the control API shows of a run: the `Run` JSON, the transcript's tail and the path.
+"""What the control API shows of a run: the facts of its row (`interface.RunRow`), the
+transcript's tail.
 
 Every string here is data (a model's text, a tool's output): the JSON carries it as is, and
 whoever shows it (the dashboard, `fisk-sm ctl`) escapes or sanitizes it.
@@ -7,39 +8,19 @@ whoever shows it (the dashboard, `fisk-sm ctl`) escapes or sanitizes it.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import attrs
 
+from fisk_sm.client.records import Approval, Entry, Tokens
 from fisk_sm.config.states import States
 from fisk_sm.events.usage import Usage
 from fisk_sm.journal.snapshot import PendingApproval, Snapshot
 from fisk_sm.model.blocks import Message
 
-__all__ = [
-    "STATUSES",
-    "TRANSCRIPT_TAIL",
-    "Folded",
-    "RunRow",
-    "approval_json",
-    "transcript",
-    "usage_json",
-]
+__all__ = ["TRANSCRIPT_TAIL", "Folded", "approval_of", "tokens_of", "transcript"]
 
-STATUSES = (
-    "queued",
-    "running",
-    "parked",
-    "waiting",
-    "suspended",
-    "completed",
-    "failed",
-    "budget_exhausted",
-    "iterations_exhausted",
-    "aborted",
-)
 TRANSCRIPT_TAIL = 50
 
 
@@ -71,69 +52,20 @@ class Folded:
         )
 
 
-def usage_json(usage: Usage) -> dict[str, int]:
-    """A run's tokens by tier, and their total."""
-    return {
-        "input": usage.input_tokens,
-        "output": usage.output_tokens,
-        "cache_read": usage.cache_read_tokens,
-        "cache_creation": usage.cache_create_tokens,
-        "total": usage.total,
-    }
+def tokens_of(usage: Usage) -> Tokens:
+    """A run's tokens by tier, and their total, as a row shows them."""
+    u = usage
+    return Tokens(
+        u.input_tokens, u.output_tokens, u.cache_read_tokens, u.cache_create_tokens, u.total
+    )
 
 
-def approval_json(approval: PendingApproval | None) -> dict[str, Any] | None:
-    """The API's `Approval` from a run's pending approval (`RunData.approval`)."""
+def approval_of(approval: PendingApproval | None) -> Approval | None:
+    """The API's `Approval` of a run's pending approval (`RunData.approval`)."""
     if approval is None:
         return None
-    return {
-        "run_id": approval.run_id,
-        "tool_use_id": approval.tool_use_id,
-        "tool": approval.name,
-        "input": approval.input,
-        "tag": approval.tag,
-    }
-
-
-class RunRow(NamedTuple):
-    """What the API's `Run` object shows of a run, taken at `at` (`Tracked.row`): plain values,
-    cheap to take; the JSON is built from them only when someone reads it (`to_json`)."""
-
-    run_id: str
-    name: str
-    state: str
-    status: str
-    iteration: int
-    usage: Usage
-    created: float
-    approval: PendingApproval | None
-    outcome: str | None
-    answer: str
-    owner: str | None  # a cluster's: the supervisor that drives the run; None: not in one
-    at: float  # when the row was taken (`age_seconds` is its age then)
-
-    def to_json(self) -> dict[str, Any]:
-        """The API's `Run` object (with `owner` in a cluster)."""
-        shown = {
-            "run_id": self.run_id,
-            "name": self.name,
-            "state": self.state,
-            "status": self.status,
-            "iteration": self.iteration,
-            "tokens": usage_json(self.usage),
-            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.created)),
-            "age_seconds": round(max(0.0, self.at - self.created), 3),
-            "approval": approval_json(self.approval),
-            "outcome": self.outcome,
-            "answer": self.answer,
-        }
-        if self.owner is not None:
-            shown["owner"] = self.owner
-        return shown
-
-    def event_json(self, kind: str) -> dict[str, Any]:
-        """The row as the stream's event `kind` (`RunSubmitted`, `RunUpdated`, `RunParked`)."""
-        return {"type": kind, **self.to_json()}
+    a = approval
+    return Approval(a.run_id, a.tool_use_id, a.name, a.input, a.tag)
 
 
 def _result_text(content: object) -> str:
@@ -144,31 +76,29 @@ def _result_text(content: object) -> str:
     return ""
 
 
-def _entries(message: dict[str, Any]) -> list[dict[str, Any]]:
+def _entries(message: dict[str, Any]) -> list[Entry]:
     role = "assistant" if message.get("role") == "assistant" else "user"
     content = message.get("content")
     if isinstance(content, str):
-        return [{"role": role, "kind": "text", "text": content}]
-    entries: list[dict[str, Any]] = []
+        return [Entry(role, "text", content)]
+    entries: list[Entry] = []
     for block in content if isinstance(content, list) else ():
         kind = block.get("type") if isinstance(block, dict) else None
         if kind == "text":
-            entries.append({"role": role, "kind": "text", "text": str(block.get("text", ""))})
+            entries.append(Entry(role, "text", str(block.get("text", ""))))
         elif kind == "thinking":
-            text = str(block.get("thinking", ""))
-            entries.append({"role": role, "kind": "thinking", "text": text})
+            entries.append(Entry(role, "thinking", str(block.get("thinking", ""))))
         elif kind == "tool_use":
             text = json.dumps(block.get("input", {}), ensure_ascii=False, default=str)
-            name = str(block.get("name", ""))
-            entries.append({"role": role, "kind": "tool_use", "text": text, "name": name})
+            entries.append(Entry(role, "tool_use", text, name=str(block.get("name", ""))))
         elif kind == "tool_result":
-            entry = {"role": role, "kind": "tool_result"}
-            entry["text"] = _result_text(block.get("content"))
-            entries.append({**entry, "is_error": bool(block.get("is_error", False))})
+            text = _result_text(block.get("content"))
+            is_error = bool(block.get("is_error", False))
+            entries.append(Entry(role, "tool_result", text, is_error=is_error))
     return entries
 
 
-def transcript(messages: Sequence[Message], tail: int = TRANSCRIPT_TAIL) -> list[Any]:
-    """The conversation as `Entry` objects, the last `tail` of them."""
+def transcript(messages: Sequence[Message], tail: int = TRANSCRIPT_TAIL) -> tuple[Entry, ...]:
+    """The conversation as transcript entries, the last `tail` of them."""
     entries = [entry for message in messages for entry in _entries(message.to_json())]
-    return entries[-tail:]
+    return tuple(entries[-tail:])

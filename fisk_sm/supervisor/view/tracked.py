@@ -20,9 +20,10 @@ from fisk_sm.events.usage import Usage
 from fisk_sm.journal.snapshot import PendingApproval, Snapshot
 from fisk_sm.loop.run import Run
 from fisk_sm.model.blocks import Message
-from fisk_sm.supervisor.registry import ABORTED, OPERATOR_SUSPENDED, RegistryEntry
+from fisk_sm.supervisor.interface import RunRow
+from fisk_sm.supervisor.view.entry import ABORTED, OPERATOR_SUSPENDED, RegistryEntry
 from fisk_sm.supervisor.view.hub import RunSink
-from fisk_sm.supervisor.view.rows import Folded, RunRow
+from fisk_sm.supervisor.view.rows import Folded, approval_of, tokens_of
 
 __all__ = ["ENDED", "Tracked"]
 
@@ -91,7 +92,7 @@ class Tracked:
 
     @property
     def status(self) -> str:
-        """The API's status of the run (see `fisk_sm.supervisor.view.rows.STATUSES`)."""
+        """The API's status of the run (see `fisk_sm.supervisor.interface.STATUSES`)."""
         state = self.state
         if self.entry.disposition == ABORTED:
             return "aborted"
@@ -130,9 +131,9 @@ class Tracked:
             state=self.state,
             status=self.status,
             iteration=iteration,
-            usage=usage,
+            tokens=tokens_of(usage),
             created=self.entry.created,
-            approval=self.approval,
+            approval=approval_of(self.approval),
             outcome=self.error or outcome,
             answer=answer,
             owner=self.owner,

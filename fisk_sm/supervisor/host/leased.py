@@ -1,5 +1,5 @@
 """Owning runs through leases: taking them (new, or over from a supervisor that died), keeping
-them (the heartbeat's renewals), and giving them up or losing them (`fisk_sm.supervisor.cluster`
+them (the heartbeat's renewals), and giving them up or losing them (`fisk_sm.supervisor.host.member`
 has the theory of operation).
 
 A run is taken from a submission (`_take_submission`: its lease created, its session started) or
@@ -29,9 +29,7 @@ from fisk_sm.loop.harness import RunOptions
 from fisk_sm.loop.run import Run
 from fisk_sm.loop.sessions import start_session
 from fisk_sm.operator.sanitize import say
-from fisk_sm.supervisor.approvals_kv import SharedDesk
-from fisk_sm.supervisor.cluster_runs import ClusterTracked, NoRegistry, epoch
-from fisk_sm.supervisor.lease import (
+from fisk_sm.supervisor.cluster.lease import (
     ABORTED,
     ACTIVE,
     ENDED,
@@ -44,12 +42,15 @@ from fisk_sm.supervisor.lease import (
     Leases,
     LeaseView,
 )
-from fisk_sm.supervisor.registry import RegistryEntry
-from fisk_sm.supervisor.supervisor import Conflict, Supervisor
+from fisk_sm.supervisor.cluster.workqueue import Submission
+from fisk_sm.supervisor.errors import Conflict
+from fisk_sm.supervisor.host.host import Supervisor
+from fisk_sm.supervisor.host.shared_desk import SharedDesk
+from fisk_sm.supervisor.view.cluster_rows import ClusterTracked, NoRegistry, epoch
+from fisk_sm.supervisor.view.entry import RegistryEntry
 from fisk_sm.supervisor.view.hub import RunSink
 from fisk_sm.supervisor.view.tracked import ENDED as ENDED_STATES
 from fisk_sm.supervisor.view.tracked import Tracked
-from fisk_sm.supervisor.workqueue import Submission
 
 __all__ = ["FENCE_TRIES", "LeaseHolder"]
 
@@ -84,12 +85,12 @@ class LeaseHolder(Supervisor):
         self.leases = leases
         self.view = LeaseView(leases.kv)
         self.desk = self.shared = desk
-        desk._on_change = self._desk_changed
+        desk._on_change = self.book.changed
         self._taking: set[str] = set()  # runs being taken (they count against concurrency)
         self._room = asyncio.Event()  # set when a run stops here
 
     def _track(self, entry: RegistryEntry, config: AgentConfig) -> ClusterTracked:
-        sink = RunSink(entry.run_id, self.hub, self._changed)
+        sink = RunSink(entry.run_id, self.hub, self.book.changed)
         tracked = ClusterTracked(entry, config, sink, self.view)
         self.runs[entry.run_id] = tracked
         return tracked
@@ -203,7 +204,7 @@ class LeaseHolder(Supervisor):
                 await message.ack()
                 return
             self._launch(tracked, run)
-            self.publish("RunSubmitted", tracked)
+            self.book.publish("RunSubmitted", tracked)
             await message.ack()
         except _NOT_TAKEN as exc:  # not taken (a server gone...): the submission comes again
             say(f"fisk-sm supervise: submission {run_id}: {one_line(exc)}")
@@ -217,7 +218,7 @@ class LeaseHolder(Supervisor):
         if lease is not None:
             with contextlib.suppress(*_UNREACHABLE, LeaseLost):
                 await self.leases.hold(lease, FAILED)
-        self._changed(tracked.entry.run_id)
+        self.book.changed(tracked.entry.run_id)
 
     async def _take_over(self, run_id: str) -> None:
         try:

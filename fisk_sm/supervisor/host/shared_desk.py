@@ -27,9 +27,10 @@ from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
 from fisk_sm.operator.prompter import Approval
-from fisk_sm.supervisor.desk import ANSWERS, NAMES, ApprovalDesk, PendingApproval
+from fisk_sm.supervisor.cluster.lease import stop_following
 from fisk_sm.supervisor.errors import AlreadyAnswered, Conflict
-from fisk_sm.supervisor.lease import stop_following
+from fisk_sm.supervisor.host.desk import ANSWERS, NAMES, ApprovalDesk, PendingApproval
+from fisk_sm.supervisor.interface import approval_json
 
 __all__ = ["TRIES", "AlreadyAnswered", "SharedDesk", "approval_key"]
 
@@ -113,7 +114,9 @@ class SharedDesk(ApprovalDesk):
             if answer is not None:
                 self.settle(request.run_id, request.tool_use_id, answer)
                 break
-            data = json.dumps({**request.to_json(), "owner": self.owner, "answer": None}).encode()
+            data = json.dumps(
+                {**approval_json(request), "owner": self.owner, "answer": None}
+            ).encode()
             try:
                 if found is None:
                     await self.kv.create(key, data)

@@ -18,8 +18,8 @@ from fisk_sm.config.agent import AgentConfig
 from fisk_sm.config.states import States
 from fisk_sm.journal.base import JournalError
 from fisk_sm.journal.jetstream import JetStreamStore
-from fisk_sm.supervisor.lease import ABORTED, ENDED, OPERATOR_SUSPENDED, Lease, LeaseView
-from fisk_sm.supervisor.registry import RegistryEntry
+from fisk_sm.supervisor.cluster.lease import ABORTED, ENDED, OPERATOR_SUSPENDED, Lease, LeaseView
+from fisk_sm.supervisor.view.entry import RegistryEntry
 from fisk_sm.supervisor.view.hub import EventHub, RunSink
 from fisk_sm.supervisor.view.tracked import ENDED as ENDED_STATES
 from fisk_sm.supervisor.view.tracked import Tracked

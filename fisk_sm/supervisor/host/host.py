@@ -1,40 +1,38 @@
-"""`Supervisor`: many checkpointed runs on one event loop, with bounded concurrency.
+"""`Host`: many checkpointed runs on one event loop, with bounded concurrency (the public name
+is `fisk_sm.supervisor.Supervisor`).
 
-Theory of operation. Every run is a session in one `FileStore` (`start_session`,
-`resume_session`), driven by a task of its own that steps it one transition at a time. A shared
-`asyncio.Semaphore(concurrency)` is held only around a step in `call` (a model request) or
-`execute` (a tool): a run that is parked at the approval desk, queued, or passing through any
-other state holds no slot. All runs share the loop's one SDK client (`fisk_sm.model.clients`).
+Theory of operation. Every run is a session in one store, driven by a task of its own
+(`fisk_sm.supervisor.host.drive`) that holds one of the host's `Slots` only around a model
+request or a tool. All runs share the loop's one SDK client (`fisk_sm.model.clients`).
 
-What a restart must do is kept in the registry (`fisk_sm.supervisor.registry`): a shutdown
-suspends every run now (a model call in flight is cancelled, a tool finishes) and marks those
-runs `shutdown_suspended`; an operator's suspend and abort are marked before they take effect.
-On start, the runs whose last mark allows it are resumed, unless their journal ended or waits
-for an approval: those are listed, and resumed when an operator resumes or answers them.
+What a restart must do is kept in the registry (`fisk_sm.supervisor.host.registry`, through
+`ownership`): a shutdown suspends every run now (a model call in flight is cancelled, a tool
+finishes) and marks those runs `shutdown_suspended`; an operator's suspend and abort are marked
+before they take effect. On start (`adopt` of every entry), the runs whose last mark allows it
+are resumed, unless their journal ended or waits for an approval: those are listed, and resumed
+when an operator resumes or answers them. A resumed journal continues by the crash rules: a
+tool started without its result is retried, failed or asked by the config's `crash_policy`.
 
-A suspend-now that finds a run waiting for a slot stops the wait: in `call` the run steps
-without one (the cancelled call is never made, the run ends `suspended`); in `execute` the task
-stops before the tool starts, leaving the journal open there (a resume runs the tool).
+The read side (rows, listings, events) is the host's `book` (`fisk_sm.supervisor.view.book`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Protocol
+from typing import Any
 
 import attrs
 
 from fisk_sm.config.agent import AgentConfig, load_config
 from fisk_sm.config.errors import one_line
-from fisk_sm.config.states import States
 from fisk_sm.config.text import refuse_unencodable
 from fisk_sm.events.types import Fanout
 from fisk_sm.journal.base import JournalError
-from fisk_sm.journal.filestore import FileStore
+from fisk_sm.journal.filestore import FileStore, SessionExistsError
 from fisk_sm.journal.jetstream import JetStreamStore
+from fisk_sm.journal.records import Record
 from fisk_sm.loop.actions import Inbox
 from fisk_sm.loop.harness import RunOptions
 from fisk_sm.loop.run import Run, new_run_id
@@ -42,44 +40,39 @@ from fisk_sm.loop.sessions import resume_session, start_session
 from fisk_sm.operator.prompter import Approval
 from fisk_sm.operator.sanitize import say
 from fisk_sm.supervisor.confine import ConfigDirs
-from fisk_sm.supervisor.desk import ApprovalDesk, DeskPrompter
 from fisk_sm.supervisor.errors import Conflict, NotFound
-from fisk_sm.supervisor.registry import (
+from fisk_sm.supervisor.host.control import LocalControl
+from fisk_sm.supervisor.host.desk import ApprovalDesk, DeskPrompter
+from fisk_sm.supervisor.host.drive import drive
+from fisk_sm.supervisor.host.ending import end_chat, post
+from fisk_sm.supervisor.host.ownership import FileOwnership, Ownership
+from fisk_sm.supervisor.host.registry import Registry, RunRegistry
+from fisk_sm.supervisor.host.slots import SLOT_STATES, Slots
+from fisk_sm.supervisor.interface import HostControl
+from fisk_sm.supervisor.view.book import Leftover, RunBook, resumes
+from fisk_sm.supervisor.view.entry import (
     ABORTED,
     OPERATOR_SUSPENDED,
     RESUMED,
     SHUTDOWN_SUSPENDED,
-    Registry,
     RegistryEntry,
 )
-from fisk_sm.supervisor.view.book import RunViews, resumes
 from fisk_sm.supervisor.view.hub import EventHub, RunSink
 from fisk_sm.supervisor.view.tracked import ENDED, Tracked
 
-__all__ = ["SLOT_STATES", "Conflict", "NotFound", "Supervisor"]
-
-#: The states whose step holds a concurrency slot: a model request, a tool.
-SLOT_STATES = frozenset({States.CALL, States.EXECUTE})
+__all__ = ["SLOT_STATES", "Conflict", "Host", "NotFound", "Supervisor"]
 
 
-class RunRegistry(Protocol):
-    """What a supervisor asks of its registry (`Registry`; a cluster keeps none of its own)."""
-
-    def load(self) -> dict[str, RegistryEntry]: ...
-
-    async def submitted(self, run_id: str, name: str, config: str) -> RegistryEntry: ...
-
-    async def mark(self, disposition: str, *run_ids: str) -> None: ...
-
-
-class Supervisor(RunViews):
+class Host:
     """Drives many checkpointed runs of `config` in `store` on the running loop (the read
-    side, listings and events, is `RunViews`).
+    side, rows, listings and events, is its `book`).
 
     `registry_dir` holds the registry (default: `store.directory / "supervisor"`); a
-    `JetStreamStore` needs a `registry` given (`fisk_sm.supervisor.cluster`). With
-    `config_dirs`, every config but the supervisor's own is confined to them, on a submit and
-    again on a restart or a takeover (the file may have changed since).
+    `JetStreamStore` needs a `registry` given (`fisk_sm.supervisor.host.member`), and `ownership`
+    (default: `FileOwnership` of the registry) decides who drives which run. With
+    `config_dirs`, every config but the host's own is confined to them, on a submit and again
+    on a restart or a takeover (the file may have changed since). `hub` carries the runs'
+    events (default: a new `EventHub`).
     """
 
     def __init__(
@@ -92,25 +85,62 @@ class Supervisor(RunViews):
         options: RunOptions | None = None,
         registry: RunRegistry | None = None,
         config_dirs: ConfigDirs | None = None,
+        ownership: Ownership | None = None,
+        hub: EventHub | None = None,
     ) -> None:
-        if concurrency < 1:
-            raise ValueError(f"concurrency must be at least 1, not {concurrency}")
+        self.slots = Slots(concurrency)
         self.config = config
         self.config_dirs = config_dirs
         self.store = store
         self.concurrency = concurrency
         self.options = options or RunOptions()
-        if registry is None:
-            if not isinstance(store, FileStore):
-                raise TypeError("a supervisor of a JetStream store needs a registry given")
-            registry = Registry(registry_dir or store.directory / "supervisor")
-        self.registry = registry
-        self.hub = EventHub()
-        self.desk = ApprovalDesk(self._desk_changed)
-        self.runs: dict[str, Tracked] = {}
-        self._slots = asyncio.Semaphore(concurrency)
+        if ownership is None:
+            if registry is None:
+                if not isinstance(store, FileStore):
+                    raise TypeError("a supervisor of a JetStream store needs a registry given")
+                registry = Registry(registry_dir or store.directory / "supervisor")
+            ownership = FileOwnership(registry)
+        self.ownership = ownership
+        self.registry = ownership.registry
+        self.book = RunBook(hub or EventHub(), store)
+        self.desk = ApprovalDesk(self.book.changed)
         self._configs: dict[str, AgentConfig] = {}
         self.closing = False
+
+    # -- the read side: the `book`'s, kept here for library users -------------------------
+
+    @property
+    def hub(self) -> EventHub:
+        """The runs' events."""
+        return self.book.hub
+
+    @property
+    def runs(self) -> dict[str, Tracked]:
+        """Every run this host knows, by id."""
+        return self.book.runs
+
+    async def refresh(self) -> None:
+        """Bring the runs of other supervisors up to date (a cluster's; here, nothing)."""
+
+    def get(self, run_id: str) -> Tracked:
+        """The run `run_id`; `InvalidIdError` for a malformed id, `NotFound` for an unknown."""
+        return self.book.get(run_id)
+
+    def listing(self) -> list[Tracked]:
+        """Every run, newest first."""
+        return self.book.listing()
+
+    def approvals(self) -> list[dict[str, Any]]:
+        """Every pending approval, as the API's `Approval` JSON."""
+        return self.book.approvals()
+
+    def leftover(self) -> Leftover:
+        """What the runs no task drives wait for (after a shutdown: what the next start finds)."""
+        return self.book.leftover()
+
+    async def records_of(self, run_id: str) -> list[Record]:
+        """The journal of `run_id`, read off the loop."""
+        return await self.book.records_of(run_id)
 
     # -- driving ----------------------------------------------------------------------------
 
@@ -121,7 +151,7 @@ class Supervisor(RunViews):
         return RunOptions(model=opts.model, tools=opts.tools, events=events, prompter=prompter)
 
     def _track(self, entry: RegistryEntry, config: AgentConfig) -> Tracked:
-        sink = RunSink(entry.run_id, self.hub, self._changed)
+        sink = RunSink(entry.run_id, self.hub, self.book.changed)
         tracked = Tracked(entry, config, sink)
         self.runs[entry.run_id] = tracked
         return tracked
@@ -131,69 +161,16 @@ class Supervisor(RunViews):
             run.input = Inbox()
         tracked.run, tracked.error, tracked.queued = run, None, True
         tracked.stopping = asyncio.Event()
-        tracked.task = asyncio.ensure_future(self._drive(tracked, run))
-
-    async def _slot(self, tracked: Tracked) -> bool:
-        """Wait for a concurrency slot; False (and no slot) if a suspend-now stopped the wait."""
-        tracked.queued = True
-        if tracked.stopping.is_set():
-            return False
-        acquire = asyncio.ensure_future(self._slots.acquire())
-        stop = asyncio.ensure_future(tracked.stopping.wait())
-        try:
-            await asyncio.wait({acquire, stop}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stop.cancel()
-            if not acquire.done():
-                acquire.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await acquire
-        if acquire.cancelled():
-            return False
-        tracked.queued = False
-        return True
-
-    async def _drive(self, tracked: Tracked, run: Run) -> None:
-        """Step `run` to its end (or until a suspend-now stops it before a tool)."""
-        try:
-            while not run.finished:
-                if run.state not in SLOT_STATES:
-                    await run.step()
-                    continue
-                if await self._slot(tracked):
-                    try:
-                        await run.step()
-                    finally:
-                        self._slots.release()
-                elif run.state == States.CALL:
-                    await run.step()  # a cancelled call makes no request: the run suspends
-                else:
-                    break  # before a tool starts: the journal stays open in `execute`
-        # A boundary: this task drives one run of many, so whatever stops it (a failing disk,
-        # a refused journal, a bug) fails this run only, and says why in its `error`.
-        except Exception as exc:
-            self._failed(tracked, exc)
-        finally:
-            tracked.snapshot = run.snapshot()
-            # Stopped before a tool, or suspended (a parked run's suspend journals that it
-            # waits for its approval still, which the run's own state does not say): the
-            # journal's fold is the truth, as a restart and every other supervisor read it.
-            if not run.finished or run.state == States.SUSPENDED:
-                with contextlib.suppress(JournalError, OSError, ValueError):
-                    tracked.snapshot = await self.snapshot_of(run.data.run_id)
-            if run.finished:
-                self.desk.forget(run.data.run_id)
-            await run.aclose()
-            tracked.queued = False
-            await self._stopped(tracked, run)
-            self._changed(run.data.run_id)
+        tracked.task = asyncio.ensure_future(drive(self, tracked, run))
 
     def _failed(self, tracked: Tracked, exc: Exception) -> None:
-        """A step raised: the run stops here, and says why."""
-        tracked.error = one_line(exc)
+        """A step raised: the run stops here, and says why (unless it was lost, not failed)."""
+        if not self.ownership.refused(tracked, exc):
+            tracked.error = one_line(exc)
 
     async def _stopped(self, tracked: Tracked, run: Run) -> None:
         """The task driving `run` is done (a cluster gives the run's lease up here)."""
+        await self.ownership.give_up(tracked, run)
 
     async def _config(self, path: str) -> AgentConfig:
         if not path or (self.config.path is not None and Path(path) == self.config.path):
@@ -205,37 +182,57 @@ class Supervisor(RunViews):
         return found
 
     async def submit(
-        self, prompt: str, name: str | None = None, config: str | None = None
+        self,
+        prompt: str,
+        name: str | None = None,
+        config: str | None = None,
+        *,
+        run_id: str | None = None,
     ) -> Tracked:
-        """Start a new run on `prompt` (of agent.yaml `config`, else the supervisor's)."""
-        return await self._submit(prompt, name, config, chat=False)
+        """Start a new run on `prompt` (of agent.yaml `config`, else the supervisor's), as
+        `run_id` if given (a new id else). Idempotent for a given `run_id`: a run this host has
+        is returned as it is, and one whose session exists already (its first host died after
+        starting it) is adopted (`adopt`), not started again."""
+        return await self._submit(prompt, name, config, chat=False, run_id=run_id)
 
     async def submit_chat(
-        self, prompt: str, name: str | None = None, config: str | None = None
+        self,
+        prompt: str,
+        name: str | None = None,
+        config: str | None = None,
+        *,
+        run_id: str | None = None,
     ) -> Tracked:
         """Start a new chat on `prompt`: after each answer it waits for a follow-up (`say`)."""
-        return await self._submit(prompt, name, config, chat=True)
+        return await self._submit(prompt, name, config, chat=True, run_id=run_id)
 
     async def _submit(
-        self, prompt: str, name: str | None, config: str | None, *, chat: bool
+        self, prompt: str, name: str | None, config: str | None, *, chat: bool, run_id: str | None
     ) -> Tracked:
         refuse_unencodable(prompt, "prompt")  # UnencodableText, a ValueError: HTTP 400
         if self.closing:
             raise Conflict("the supervisor is shutting down")
+        known = self.runs.get(run_id) if run_id is not None else None
+        if known is not None:  # submitted here already (a resend)
+            return known
         agent = await self._config(config or "")
-        run_id = new_run_id()
+        run_id = run_id or new_run_id()
         config_path = str(agent.path) if agent.path is not None else ""
         entry = await self.registry.submitted(run_id, name or run_id, config_path)
         tracked = self._track(entry, agent)
         try:
             options = self._options(run_id, tracked.sink)
             run = await start_session(agent, prompt, self.store, options, run_id=run_id, chat=chat)
+        except SessionExistsError:  # started by a host that died since: its journal goes on
+            del self.runs[run_id]
+            await self.adopt([entry])
+            return self.get(run_id)
         except BaseException:
             del self.runs[run_id]
             await self.registry.mark(ABORTED, run_id)
             raise
         self._launch(tracked, run)
-        self.publish("RunSubmitted", tracked)
+        self.book.publish("RunSubmitted", tracked)
         return tracked
 
     async def _resume(self, tracked: Tracked) -> None:
@@ -248,10 +245,10 @@ class Supervisor(RunViews):
         # no longer load, its journal is refused, an MCP server is gone) must fail alone.
         except Exception as exc:
             tracked.error = one_line(exc)
-            self._changed(run_id)
+            self.book.changed(run_id)
             return
         self._launch(tracked, run)
-        self._changed(run_id)
+        self.book.changed(run_id)
 
     def _mark(self, tracked: Tracked, disposition: str) -> None:
         tracked.entry = attrs.evolve(tracked.entry, disposition=disposition)
@@ -272,14 +269,7 @@ class Supervisor(RunViews):
     async def say(self, run_id: str, text: str) -> Tracked:
         """Post a follow-up to a chat run waiting for its next prompt (`awaiting_input`)."""
         refuse_unencodable(text, "text")  # UnencodableText, a ValueError: HTTP 400
-        tracked = self.get(run_id)
-        run = tracked.run
-        if not tracked.live or run is None or run.state != States.AWAITING_INPUT:
-            raise Conflict(f"run {run_id} is not waiting for input (state {tracked.state})")
-        if not isinstance(run.input, Inbox):  # pragma: no cover - _launch gives every chat one
-            raise Conflict(f"run {run_id} is not a chat")
-        run.input.put(text)
-        return tracked
+        return post(self.get(run_id), text)
 
     async def resume(self, run_id: str) -> Tracked:
         """Resume a suspended or parked run that no task drives."""
@@ -302,7 +292,7 @@ class Supervisor(RunViews):
         self._mark(tracked, ABORTED)
         if tracked.live:
             self._stop(tracked)
-        self._changed(run_id)
+        self.book.changed(run_id)
         return tracked
 
     async def answer(self, run_id: str, tool_use_id: str, approval: Approval) -> Tracked:
@@ -332,6 +322,14 @@ class Supervisor(RunViews):
                 desk.release(run_id, tool_use_id)
         return tracked
 
+    async def end(self, run_id: str) -> Tracked:
+        """Ask a chat to end as `completed` at its (next) prompt (`ending.end_chat`)."""
+        return end_chat(self.get(run_id))
+
+    def control(self) -> HostControl:
+        """The control API's view of this supervisor (`build_app(supervisor)`)."""
+        return LocalControl(self)
+
     def _stop(self, tracked: Tracked) -> None:
         if tracked.run is not None:
             tracked.run.request_suspend(now=True)
@@ -343,8 +341,21 @@ class Supervisor(RunViews):
         """Load the registry; resume the runs a shutdown suspended or whose owner died.
         Returns the ids resumed."""
         entries = await asyncio.to_thread(self.registry.load)
+        return await self.adopt(entries.values())
+
+    async def adopt(self, entries: Iterable[RegistryEntry]) -> list[str]:
+        """Take these runs in (a start's, or a dead worker's runs): each is folded from its
+        journal and resumed if its registry entry and journal allow it (`resumes`: not ended,
+        not waiting for an approval, not suspended by an operator), else only listed. A journal
+        left mid-step by a process that died goes on by the crash rules: a tool started
+        without its result is retried, failed or asked (`crash_policy`), so at most that one
+        tool runs twice. A run a task drives here already is left alone. Returns the ids
+        resumed."""
         resumed = []
-        for entry in entries.values():
+        for entry in entries:
+            here = self.runs.get(entry.run_id)
+            if here is not None and here.live:
+                continue
             try:
                 config = await self._config(entry.config)
             except (ValueError, OSError) as exc:  # ConfigError, NotAllowed; the file: log only
@@ -354,11 +365,11 @@ class Supervisor(RunViews):
                 continue
             tracked = self._track(entry, config)
             try:
-                tracked.snapshot = await self.snapshot_of(entry.run_id)
+                tracked.snapshot = await self.book.snapshot_of(entry.run_id)
             except (JournalError, OSError, ValueError) as exc:  # a missing or refused journal
                 tracked.error = one_line(exc)
                 continue
-            if resumes(tracked):
+            if resumes(tracked) and await self.ownership.take(entry):
                 resumed.append(entry.run_id)
         await asyncio.gather(*(self._resume(self.runs[r]) for r in resumed))
         return resumed
@@ -377,3 +388,7 @@ class Supervisor(RunViews):
             on_stopped()
         self.hub.close()
         return marked
+
+
+#: The public name (`fisk_sm.Supervisor`, `fisk_sm.supervisor.Supervisor`).
+Supervisor = Host

@@ -23,10 +23,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
 
-import attrs
-
+from fisk_sm.client.records import Approval as PendingApproval
 from fisk_sm.journal.records import ApprovalAnswered, Record
 from fisk_sm.operator.prompter import Approval, ApprovalRequest, PromptError
 from fisk_sm.supervisor.errors import AlreadyAnswered
@@ -53,21 +51,6 @@ def journaled_answer(records: Sequence[Record], tool_use_id: str) -> str | None:
         if isinstance(record, ApprovalAnswered) and record.tool_use_id == tool_use_id:
             return "deny" if record.answer == Approval.NO.value else record.answer
     return None
-
-
-@attrs.frozen
-class PendingApproval:
-    """A gated call waiting for an answer (the API's `Approval` object)."""
-
-    run_id: str
-    tool_use_id: str
-    tool: str
-    input: dict[str, Any]
-    tag: str
-
-    def to_json(self) -> dict[str, Any]:
-        """The API's `Approval` JSON."""
-        return attrs.asdict(self)
 
 
 class ApprovalDesk:

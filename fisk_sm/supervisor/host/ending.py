@@ -1,4 +1,5 @@
-"""Ending a supervised chat (`POST /api/runs/{run_id}/end`, `fisk-sm ctl end`).
+"""Saying to a supervised chat (`post`: `POST /api/runs/{run_id}/say`) and ending it
+(`end_chat`: `POST /api/runs/{run_id}/end`, `fisk-sm ctl end`).
 
 A chat run waits in `awaiting_input` after each turn for what `say` posts to its `Inbox`. The
 end of its input is `None` posted to that same inbox: the chat takes it at its prompt, sets
@@ -13,11 +14,24 @@ Only a run a task drives here can be ended: a suspended or parked chat is resume
 
 from __future__ import annotations
 
+from fisk_sm.config.states import States
 from fisk_sm.loop.actions import Inbox
 from fisk_sm.supervisor.errors import Conflict
 from fisk_sm.supervisor.view.tracked import ENDED, Tracked
 
-__all__ = ["end_chat"]
+__all__ = ["end_chat", "post"]
+
+
+def post(tracked: Tracked, text: str) -> Tracked:
+    """Post `text`, a follow-up, to the chat `tracked` waiting for its next prompt
+    (`awaiting_input`); `Conflict` if it does not wait for one here."""
+    run_id, run = tracked.entry.run_id, tracked.run
+    if not tracked.live or run is None or run.state != States.AWAITING_INPUT:
+        raise Conflict(f"run {run_id} is not waiting for input (state {tracked.state})")
+    if not isinstance(run.input, Inbox):  # pragma: no cover - the host gives every chat one
+        raise Conflict(f"run {run_id} is not a chat")
+    run.input.put(text)
+    return tracked
 
 
 def end_chat(tracked: Tracked) -> Tracked:

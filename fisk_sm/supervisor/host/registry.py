@@ -19,39 +19,25 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 
 from fisk_sm.journal.base import JournalError
 from fisk_sm.journal.statedir import fsync_directory, make_private_directory, open_regular
+from fisk_sm.supervisor.view.entry import DISPOSITIONS, SUBMITTED, RegistryEntry
 
-__all__ = ["DISPOSITIONS", "Registry", "RegistryEntry"]
-
-SUBMITTED = "submitted"
-OPERATOR_SUSPENDED = "operator_suspended"
-RESUMED = "resumed"
-ABORTED = "aborted"
-SHUTDOWN_SUSPENDED = "shutdown_suspended"
-DISPOSITIONS = (SUBMITTED, OPERATOR_SUSPENDED, RESUMED, ABORTED, SHUTDOWN_SUSPENDED)
-#: The dispositions after which a restart resumes the run (if its journal allows).
-RESUMABLE = frozenset({SUBMITTED, RESUMED, SHUTDOWN_SUSPENDED})
+__all__ = ["DirectoryInUse", "Registry", "RegistryEntry", "RunRegistry", "hold_directory"]
 
 
-@attrs.frozen
-class RegistryEntry:
-    """A run as the registry knows it: who it is and its last disposition."""
+class RunRegistry(Protocol):
+    """What a host asks of its registry (`Registry`; a cluster keeps none of its own)."""
 
-    run_id: str
-    name: str
-    config: str
-    created: float
-    disposition: str = SUBMITTED
+    def load(self) -> dict[str, RegistryEntry]: ...
 
-    @property
-    def resumable(self) -> bool:
-        """Whether a restart resumes it (unless its journal ended or waits for an answer)."""
-        return self.disposition in RESUMABLE
+    async def submitted(self, run_id: str, name: str, config: str) -> RegistryEntry: ...
+
+    async def mark(self, disposition: str, *run_ids: str) -> None: ...
 
 
 class DirectoryInUse(JournalError):

@@ -23,11 +23,15 @@ from fisk_sm.config.harness import SessionOptions
 from fisk_sm.journal.jetstream import JetStreamStore
 from fisk_sm.journal.jetstream_stream import connect_nats
 from fisk_sm.loop.harness import RunOptions
-from fisk_sm.supervisor.approvals_kv import SharedDesk
-from fisk_sm.supervisor.cluster import ClusterSupervisor
+from fisk_sm.supervisor.cluster.lease import Leases
+from fisk_sm.supervisor.cluster.workqueue import (
+    DEFAULT_QUEUE_STREAM,
+    DEFAULT_QUEUE_SUBJECT,
+    WorkQueue,
+)
 from fisk_sm.supervisor.confine import ConfigDirs
-from fisk_sm.supervisor.lease import Leases
-from fisk_sm.supervisor.workqueue import DEFAULT_QUEUE_STREAM, DEFAULT_QUEUE_SUBJECT, WorkQueue
+from fisk_sm.supervisor.host.member import ClusterSupervisor
+from fisk_sm.supervisor.host.shared_desk import SharedDesk
 
 __all__ = ["ClusterSettings", "cluster"]
 

@@ -2,23 +2,23 @@
 
 Theory of operation. Every piece of shared state lives in JetStream, none in a supervisor:
 
-- submissions: a work-queue stream (`fisk_sm.supervisor.workqueue`). Any supervisor's API
+- submissions: a work-queue stream (`fisk_sm.supervisor.cluster.workqueue`). Any supervisor's API
   accepts a run and publishes it; each supervisor pulls as many as it has room for
   (`concurrency` runs driven at once, parked ones not counted).
-- ownership: a KV bucket of leases (`fisk_sm.supervisor.lease`). A supervisor takes a run's lease
-  before it creates or resumes its session, and a heartbeat renews every lease it holds by
-  compare-and-swap. A renewal that fails means another supervisor took the run over: the run is
-  suspended now here, and its next journal append is refused.
+- ownership: a KV bucket of leases (`fisk_sm.supervisor.cluster.lease`). A supervisor takes a
+  run's lease before it creates or resumes its session, and a heartbeat renews every lease it
+  holds by compare-and-swap. A renewal that fails means another supervisor took the run over:
+  the run is suspended now here, and its next journal append is refused.
 - journals: the JetStream session store (`fisk_sm.journal.jetstream`), whose appends are fenced
   on the run's last record. Whoever takes a run over first appends a `suspended` terminal
   record ("taken over by B: the lease of A expired"), which moves the fence: A's next append
   fails with `SessionLockedError`, A drops the run and reports it (a stderr line, a `RunLost`
   event), and B resumes the session from the journal. So a journal never has A's records after
   B's takeover record, and a tool repeats at most once per run that was in flight.
-- approvals: a KV bucket (`fisk_sm.supervisor.approvals_kv`); any supervisor answers any.
+- approvals: a KV bucket (`fisk_sm.supervisor.host.shared_desk`); any supervisor answers any.
 - the listing: every session in the store, with its owner from the lease bucket.
 
-Taking, keeping and losing runs is `fisk_sm.supervisor.ownership` (`LeaseHolder`, the base
+Taking, keeping and losing runs is `fisk_sm.supervisor.host.leased` (`LeaseHolder`, the base
 class); this module adds the loops (pulling, heartbeats, watching for expiries), the listing of
 every supervisor's runs and the operator's actions.
 
@@ -42,9 +42,7 @@ from fisk_sm.loop.run import new_run_id
 from fisk_sm.model.clients import warm_up
 from fisk_sm.operator.prompter import Approval
 from fisk_sm.operator.sanitize import say
-from fisk_sm.supervisor.approvals_kv import SharedDesk
-from fisk_sm.supervisor.cluster_runs import RemoteRuns
-from fisk_sm.supervisor.lease import (
+from fisk_sm.supervisor.cluster.lease import (
     ABORTED,
     ACTIVE,
     FAILED,
@@ -53,11 +51,13 @@ from fisk_sm.supervisor.lease import (
     RELEASED,
     Leases,
 )
-from fisk_sm.supervisor.ownership import LeaseHolder
-from fisk_sm.supervisor.registry import RegistryEntry
-from fisk_sm.supervisor.supervisor import Conflict, NotFound
+from fisk_sm.supervisor.cluster.workqueue import Submission, WorkQueue
+from fisk_sm.supervisor.errors import Conflict, NotFound
+from fisk_sm.supervisor.host.leased import LeaseHolder
+from fisk_sm.supervisor.host.shared_desk import SharedDesk
+from fisk_sm.supervisor.view.cluster_rows import RemoteRuns
+from fisk_sm.supervisor.view.entry import RegistryEntry
 from fisk_sm.supervisor.view.tracked import ENDED, Tracked
-from fisk_sm.supervisor.workqueue import Submission, WorkQueue
 
 __all__ = ["ClusterSupervisor"]
 
@@ -193,26 +193,24 @@ class ClusterSupervisor(LeaseHolder):
 
     # -- operator actions -------------------------------------------------------------------
 
-    async def submit(
-        self, prompt: str, name: str | None = None, config: str | None = None
+    async def _submit(
+        self, prompt: str, name: str | None, config: str | None, *, chat: bool, run_id: str | None
     ) -> Tracked:
-        """Put a new run on the work queue; a supervisor with room (maybe this one) starts it."""
+        """Put a new run on the work queue; a supervisor with room (maybe this one) starts it
+        (once: a redelivery of a run id taken already is dropped by its lease). A chat is
+        refused: it waits for its operator's follow-ups at one supervisor, which a work queue
+        and takeovers cannot promise yet."""
+        if chat:
+            raise Conflict("chat runs need a single supervisor: start them without --nats")
         if self.closing:
             raise Conflict("the supervisor is shutting down")
         agent = await self._config(config or "")  # a config that does not load: refused here
-        run_id = new_run_id()
+        run_id = run_id or new_run_id()
         path = str(agent.path) if agent.path is not None and config else ""
         submission = Submission(run_id, prompt, name or run_id, path, time.time(), self.owner)
         await self.queue.publish(submission)
         entry = RegistryEntry(run_id, submission.name, path, submission.created)
         return self.remote.queued(entry)
-
-    async def submit_chat(
-        self, prompt: str, name: str | None = None, config: str | None = None
-    ) -> Tracked:
-        """Refused: a chat waits for its operator's follow-ups at one supervisor, which a
-        work queue and takeovers cannot promise yet."""
-        raise Conflict("chat runs need a single supervisor: start them without --nats")
 
     async def resume(self, run_id: str) -> Tracked:
         """Resume a run nobody drives (suspended, parked, failed) here, taking its lease."""

@@ -1,0 +1,4 @@
+"""The host: drives runs on the loop (`host.Host`: `slots`, `drive`, the approval `desk`, the
+`registry` through an `ownership`) and implements the control API's `HostControl`
+(`fisk_sm.supervisor.interface`): `control.LocalControl` over one in-process host; a NATS
+cluster member is `member.ClusterSupervisor` (leases: `leased`, approvals: `shared_desk`)."""
