@@ -65,6 +65,9 @@ HOOK = """
 import asyncio, os, time
 
 def _install():
+    if os.environ.get("FISK_SM_BENCH_UVLOOP"):
+        import uvloop
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     stalls = os.environ.get("FISK_SM_BENCH_STALLS")
     latency = os.environ.get("FISK_SM_BENCH_LATENCY")
     if not stalls:
@@ -149,8 +152,10 @@ def tree_of(pid: int) -> list[int]:
 class Trial:
     """One `fisk-sm supervise` process of `tree` on a fresh state directory in `root`."""
 
-    def __init__(self, tree: Path, root: Path, args: argparse.Namespace, model: str) -> None:
-        self.tree, self.root, self.args, self.model = tree, root, args, model
+    def __init__(
+        self, tree: Path, root: Path, args: argparse.Namespace, model: str, new: bool
+    ) -> None:
+        self.tree, self.root, self.args, self.model, self.new = tree, root, args, model, new
         root.mkdir(parents=True)
         (root / "hook").mkdir()
         (root / "hook" / "sitecustomize.py").write_text(HOOK)
@@ -181,6 +186,8 @@ class Trial:
         env["PYTHONPATH"] = f"{self.root / 'hook'}:{self.tree}"
         env["ANTHROPIC_API_KEY"] = "bench"
         env["FISK_SM_BENCH_STALLS"] = str(self.root / "stalls")
+        if self.args.uvloop and self.new:
+            env["FISK_SM_BENCH_UVLOOP"] = "1"
         if self.model == "in-process":
             env["FISK_SM_BENCH_LATENCY"] = str(self.args.latency)
         process = subprocess.Popen(
@@ -292,8 +299,8 @@ def trial(
     if model == "SDK":
         replies = script(args.warm + args.runs, args.calls, args.latency)
         with served_in_child(serve, replies) as base_url:
-            return Trial(tree, root, args, model).run(base_url, workers, profile)
-    return Trial(tree, root, args, model).run("http://127.0.0.1:9", workers, profile)
+            return Trial(tree, root, args, model, new).run(base_url, workers, profile)
+    return Trial(tree, root, args, model, new).run("http://127.0.0.1:9", workers, profile)
 
 
 def compare(args: argparse.Namespace) -> None:
@@ -363,6 +370,7 @@ def main() -> int:
         metavar="DIR",
         help="record the new side with py-spy (on PATH) into DIR/<model>.txt (figures skewed)",
     )
+    parser.add_argument("--uvloop", action="store_true", help="the new side on uvloop (a trial)")
     parser.add_argument("--old-commit", default="dd8b2d4", help="the baseline (default dd8b2d4)")
     parser.add_argument("--new-tree", type=Path, help="measure this checkout (default: this one)")
     args = parser.parse_args()

@@ -41,6 +41,7 @@ from fisk_sm.supervisor.api.server import (
 )
 from fisk_sm.supervisor.confine import ConfigDirs
 from fisk_sm.supervisor.host.control import LocalControl
+from fisk_sm.supervisor.host.eventloop import CHOICES, ENV, LoopUnavailable, loop_name, run, settle
 from fisk_sm.supervisor.host.registry import hold_directory
 
 if TYPE_CHECKING:
@@ -154,6 +155,12 @@ def add_supervise_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser
         help="drive the runs in N worker processes behind this one (default 0: in this process)",
     )
     parser.add_argument(
+        "--loop",
+        choices=CHOICES,
+        default=None,
+        help=f"the event loop: uvloop if installed (auto, the default; or ${ENV}), or asyncio's",
+    )
+    parser.add_argument(
         "--otel",
         action="store_true",
         help="export OpenTelemetry traces of every run over OTLP/HTTP (where:"
@@ -206,6 +213,10 @@ def cmd_supervise(args: argparse.Namespace) -> int:
         check_token_rule(host, token)
     except ListenError as exc:
         raise UsageError(str(exc)) from None
+    try:
+        args.loop = loop_name(args.loop)
+    except LoopUnavailable as exc:
+        raise UsageError(str(exc)) from None
     config = load_config(args.config)
     settings = _cluster_settings(args, config)
     store = store_for(args.state_dir, config)
@@ -232,8 +243,8 @@ def cmd_supervise(args: argparse.Namespace) -> int:
     options = None if export is None else RunOptions(events=export.events)
     try:
         if settings is not None:
-            return asyncio.run(_main_cluster(args, config, settings, sock, app, options, dirs))
-        return asyncio.run(_main(args, config, store, sock, app, options, dirs))
+            return run(_main_cluster(args, config, settings, sock, app, options, dirs), args.loop)
+        return run(_main(args, config, store, sock, app, options, dirs), args.loop)
     finally:
         for signum in SIGNALS:
             signal.signal(signum, signal.SIG_IGN)
@@ -317,7 +328,8 @@ async def _main_cluster(
             url = url_of(sock)
             if args.state_dir is not None:
                 await asyncio.to_thread(write_url, args.state_dir / "supervisor.url", url)
-            say(f"fisk-sm supervise: {settings.owner} listening on {url}")
+            settle()
+            say(f"fisk-sm supervise: {settings.owner} listening on {url} (event loop: {args.loop})")
             await stop.wait()
             await supervisor.shutdown()
             server.should_exit = True
@@ -353,7 +365,8 @@ async def _main(
     server, serving = await serve_app(app(supervisor), sock)
     url = url_of(sock)
     await asyncio.to_thread(write_url, store.directory / "supervisor.url", url)
-    say(f"fisk-sm supervise: listening on {url}")
+    settle()
+    say(f"fisk-sm supervise: listening on {url} (event loop: {args.loop})")
     if resumed:
         say(f"fisk-sm supervise: resumed {len(resumed)} run(s)")
     await stop.wait()
