@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -65,11 +66,16 @@ def working_tree_name() -> str:
 
 def run_side(tree: Path, iterations: int, repeats: int) -> list[float]:
     """One process timing fisk-sm against `tree`'s fisk_sm: its per-iteration samples."""
+    argv = ["--child", "--iterations", str(iterations), "--repeats", str(repeats)]
+    report = child_report(Path(__file__), tree, argv)
+    return [float(s) for s in report["samples"]]
+
+
+def child_report(script: Path, tree: Path, argv: list[str]) -> dict[str, Any]:
+    """The JSON report (its last line of output) of `script argv` run against `tree`'s fisk_sm
+    (`FISK_SM_BENCH_TREE`); it must name the fisk_sm it measured (`"fisk_sm"`)."""
     done = subprocess.run(
-        [
-            *(sys.executable, str(Path(__file__).resolve()), "--child"),
-            *("--iterations", str(iterations), "--repeats", str(repeats)),
-        ],
+        [sys.executable, str(script.resolve()), *argv],
         capture_output=True,
         text=True,
         env={**os.environ, "FISK_SM_BENCH_TREE": str(tree)},
@@ -77,11 +83,11 @@ def run_side(tree: Path, iterations: int, repeats: int) -> list[float]:
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise CompareError(f"the bench does not run against {tree}: {last}")
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    report: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     measured = Path(report["fisk_sm"])
     if not measured.is_relative_to(tree.resolve()):  # an installed fisk_sm came first
         raise CompareError(f"measured {measured}, not the fisk_sm of {tree}")
-    return [float(s) for s in report["samples"]]
+    return report
 
 
 def compare(rev: str, runs: int, iterations: int, repeats: int) -> None:

@@ -1,13 +1,15 @@
 """CPU per model call on each HTTP transport of the SDK, side by side in one run.
 
 N callers (default 100) on one event loop each make M calls in turn (default 10) through
-fisk-sm's `AnthropicModel.create`, the call a run makes (the SDK's raw response, read and checked
-as a run reads it), against a loopback fake Messages API that answers each call after
-`--latency` (default 20 ms) with a tool call. The fake runs in a child process, so its CPU is
-not counted. The figure is this process's CPU time (`time.process_time`, every thread) over the
-N × M calls, per call. Every transport warms up with one round; then the rounds are interleaved
-`--repeats` times (default 3): each row gives the median and the best round, the median wall
-time of a round, and the ratio of its median to the SDK's default transport's.
+fisk-sm's `AnthropicModel.create`, the call a run makes (the SDK's `client.post`, its raw body
+read and checked as a run reads it: `fisk_sm.model.transport`; bench/model_call.py measures
+that against `messages.create` through the whole engine), against a loopback fake Messages
+API that answers each call after `--latency` (default 20 ms) with a tool call. The fake runs
+in a child process, so its CPU is not counted. The figure is this process's CPU time
+(`time.process_time`, every thread) over the N × M calls, per call. Every transport warms up
+with one round; then the rounds are interleaved `--repeats` times (default 3): each row gives
+the median and the best round, the median wall time of a round, and the ratio of its median to
+the SDK's default transport's.
 
 The transports:
 

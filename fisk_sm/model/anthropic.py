@@ -3,7 +3,8 @@
 `AnthropicModel` uses the real `anthropic.AsyncAnthropic`. The whole call, the SDK's own retries
 included, runs under one `call_timeout` deadline, as the reference does; each attempt also gets
 that timeout. The reply is read as the raw HTTP body (the SDK still retries and maps error
-statuses) and parsed and checked by `fisk_sm.model.reply`, never built into the SDK's models:
+statuses; a plain call goes through the SDK's `client.post`: `fisk_sm.model.transport`) and
+parsed and checked by `fisk_sm.model.reply`, never built into the SDK's models:
 content blocks stay exactly as sent, because thinking signatures break if blocks are
 re-encoded, and a malformed reply becomes a `ModelError` ("malformed model reply: ...") before
 any of it reaches the journal. Anything with the same `create` method can stand in for the
@@ -30,6 +31,7 @@ from fisk_sm.config.thinking import Thinking
 from fisk_sm.model.blocks import Message
 from fisk_sm.model.clients import ClientShare, acquire, client_key
 from fisk_sm.model.reply import ModelError, one_line, parse_reply
+from fisk_sm.model.transport import encode_body, lean_call
 
 if TYPE_CHECKING:  # the SDK is imported when a model is built (`clients.warm_up`: off the loop)
     import anthropic
@@ -77,17 +79,18 @@ class ModelRequest:
             if system:
                 system[-1] = {**system[-1], "cache_control": control}
             messages = _with_tail_breakpoint(messages, control)
+        # In the order `messages.create` sends them: a lean call's body is the same bytes.
         params: dict[str, Any] = {
-            "model": self.model,
             "max_tokens": self.max_tokens,
             "messages": messages,
+            "model": self.model,
         }
         if system:
             params["system"] = system
-        if self.tools:
-            params["tools"] = list(self.tools)
         if self.thinking:
             params["thinking"] = self.thinking
+        if self.tools:
+            params["tools"] = list(self.tools)
         return params
 
 
@@ -203,8 +206,7 @@ class AnthropicModel:
                 if self.on_text is not None:
                     body = await self._streamed(request, self.on_text)
                 else:
-                    raw = await self.client.messages.with_raw_response.create(**request.params())
-                    body = await raw.read()
+                    body = await self._plain(request.params())
         except TimeoutError:
             raise ModelError(f"llm call: timed out after {deadline:g}s") from None
         except anthropic.APIStatusError as exc:
@@ -215,6 +217,19 @@ class AnthropicModel:
         except anthropic.APIError as exc:
             raise ModelError(f"llm call: {one_line(str(exc))}") from None
         return parse_reply(body)
+
+    async def _plain(self, params: dict[str, Any]) -> bytes:
+        """The raw body of the reply to a plain call (`fisk_sm.model.transport`: when the SDK's
+        `client.post` may stand in for `messages.create`)."""
+        if not lean_call(params.get("model"), params.get("thinking")):
+            raw = await self.client.messages.with_raw_response.create(**params)
+            data: bytes = await raw.read()
+            return data
+        import httpx2
+
+        content = encode_body(params)
+        response = await self.client.post("/v1/messages", cast_to=httpx2.Response, content=content)
+        return response.content
 
     async def _streamed(self, request: ModelRequest, on_text: Callable[[str], None]) -> bytes:
         """The reply of a streamed call, assembled from its events, as a JSON body."""

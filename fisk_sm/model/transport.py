@@ -16,13 +16,28 @@ if that loop is still open, else at once (on a closed loop aiohttp only drops it
 shared clients are per loop already (`fisk_sm.model.clients`), so for them this never happens.
 
 `close_soon` closes clients that a closed loop left behind, from the running loop.
+
+A plain (not streamed) call, as `AnthropicModel` makes it, goes through the SDK's own
+`client.post` (its documented way to call any endpoint) with the body encoded here, rather than
+`messages.create`. Everything that makes a call a call stays the SDK's: the request, its headers,
+retries, timeouts, cancellation and the mapping of error statuses. What is skipped is what
+`messages.create` adds on top for no one, 13 to 30% of a call's own CPU through the engine
+(`bench/model_call.py`): its copy of the whole conversation to prepare it for JSON (the body here
+is plain JSON already), the raw-response wrapper, and an OpenTelemetry span that nothing records.
+So the shortcut is taken only while nothing could record or carry that span (no tracer provider
+set, no current span) and the model is not one `messages.create` warns about; otherwise the
+call goes through `messages.create` exactly as before. `lean_calls` counts the calls made by the
+shortcut.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
+import json
+from collections.abc import Container, Iterable
 from typing import TYPE_CHECKING
+
+from fisk_sm.config.jsontypes import JSONObject
 
 if TYPE_CHECKING:  # the SDK and aiohttp are imported when the first client is built
     import asyncio
@@ -32,7 +47,13 @@ if TYPE_CHECKING:  # the SDK and aiohttp are imported when the first client is b
     import httpx2
     from httpx2._types import CertTypes
 
-__all__ = ["close_soon", "new_client"]
+__all__ = ["close_soon", "encode_body", "lean_call", "lean_calls", "new_client"]
+
+#: The calls made through `client.post` so far, in this process (what a test can check).
+lean_calls = 0
+#: The body as the SDK encodes it (`anthropic._utils._json.openapi_dumps`): compact, UTF-8,
+#: and no NaN or Infinity (a ValueError, as from the SDK).
+_ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
 
 #: The tasks of `close_soon` still running (a task nobody references may be collected).
 _CLOSING: set[asyncio.Task[None]] = set()
@@ -153,3 +174,44 @@ def _http_client_class() -> type[httpx2.AsyncClient]:
             return LoopBound(built)
 
     return Client
+
+
+def lean_call(model: object, thinking: object) -> bool:
+    """Whether a plain call may skip `messages.create` for `client.post`: no span of the SDK
+    could record or propagate (no tracer provider is set, and no span is current), and the SDK
+    has no warning for `model` (deprecated, or deprecated with `thinking.type=enabled`)."""
+    from opentelemetry import trace
+
+    if not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        return False
+    if trace.get_current_span().get_span_context().is_valid:
+        return False
+    deprecated, with_thinking = _warned_models()
+    if model in deprecated:
+        return False
+    enabled = isinstance(thinking, dict) and thinking.get("type") == "enabled"
+    return not (enabled and model in with_thinking)
+
+
+def encode_body(params: JSONObject) -> bytes:
+    """The body of a call with `params`, as the SDK encodes it; counted in `lean_calls`."""
+    global lean_calls
+    lean_calls += 1
+    return _ENCODE(params).encode()
+
+
+@functools.cache
+def _warned_models() -> tuple[Container[object], Container[object]]:
+    """The models `messages.create` warns about: every model when the SDK no longer says which
+    (a later SDK: the shortcut is then never taken, and tests/test_model_lean.py fails)."""
+    from anthropic.resources.messages import messages
+
+    everything = _Everything()
+    deprecated = getattr(messages, "DEPRECATED_MODELS", everything)
+    with_thinking = getattr(messages, "MODELS_TO_WARN_WITH_THINKING_ENABLED", everything)
+    return deprecated, with_thinking
+
+
+class _Everything:
+    def __contains__(self, item: object) -> bool:
+        return True
