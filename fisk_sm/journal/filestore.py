@@ -27,6 +27,7 @@ import attrs
 
 from fisk_sm.config.errors import one_line
 from fisk_sm.journal.base import JournalError
+from fisk_sm.journal.checkpoint import checkpoint_path
 from fisk_sm.journal.filejournal import FileJournal, JournalIOError
 from fisk_sm.journal.ids import run_id_problem
 from fisk_sm.journal.parsing import CorruptJournalError, fold_journal, parse_journal, read_all
@@ -258,7 +259,8 @@ class FileStore:
             fd = open_regular(path, os.O_RDWR | os.O_APPEND)
             undo.callback(os.close, fd)
             data = read_all(fd)  # under the lock: no writer but us
-            records, end = parse_journal(path, data)  # refuses before a byte is cut
+            # refuses before a byte is cut; read from its checkpoint if it has one that holds
+            records, end = parse_journal(path, data, checkpoint=True)
             if end < len(data):
                 os.ftruncate(fd, end)
                 os.fsync(fd)
@@ -297,6 +299,7 @@ class FileStore:
         try:
             with _errors(path, run_id):
                 path.unlink()
+                checkpoint_path(path).unlink(missing_ok=True)
                 self.lock_path(run_id).unlink(missing_ok=True)
         finally:
             os.close(lock_fd)

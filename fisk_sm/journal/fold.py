@@ -33,6 +33,7 @@ was one lower) folding to the same snapshot.
 
 from __future__ import annotations
 
+import array
 from collections.abc import Sequence
 
 from fisk_sm.config.states import States
@@ -56,6 +57,7 @@ from fisk_sm.model.blocks import Message, ToolResultBlock, block_of, message_of
 __all__ = [
     "AT_INPUT",
     "FoldError",
+    "Folding",
     "approval_of",
     "final_answer",
     "fold",
@@ -100,88 +102,139 @@ def fold(records: Sequence[Record], table: Table | None = None) -> Snapshot:
     by default)."""
     if not records or not isinstance(records[0], Meta):
         raise FoldError("the journal does not start with a meta record")
-    meta = records[0]
-    if meta.version != FORMAT_VERSION:
-        raise FoldError(
-            f"journal format version {meta.version} (this fisk-sm reads {FORMAT_VERSION})"
-        )
-    data = RunData.begin(meta.run_id, meta.prompt)
-    data.chat = meta.interactive
-    turn: Assistant | None = None
-    started: set[str] = set()
-    asked: dict[str, ApprovalRequested] = {}
-    answers: dict[str, ApprovalAnswered] = {}
-    terminal: Terminal | None = None
-    last_seq = meta.seq
-
-    def commit() -> None:
-        if turn is not None and data.results:
-            data.messages.append(Message("user", tuple(data.results)))
-        data.results = []
-        started.clear()
-        asked.clear()
-        answers.clear()
-
+    folding = Folding(records[0], table)
     for record in records[1:]:
-        if record.seq <= last_seq:
-            raise FoldError(f"seq {record.seq} after seq {last_seq}")
-        last_seq = record.seq
+        folding.feed(record)
+    return folding.snapshot()
+
+
+class Folding:
+    """A fold under way: `feed` it the records after the meta, one by one, then take its
+    `snapshot`. With `track`, it also keeps where each message comes from (`sources`: the
+    seqs of its records), which is what a journal's checkpoint holds
+    (`fisk_sm.journal.checkpoint`); a checkpoint's fold picks up from such a state."""
+
+    def __init__(self, meta: Meta, table: Table | None = None, *, track: bool = False) -> None:
+        if meta.version != FORMAT_VERSION:
+            raise FoldError(
+                f"journal format version {meta.version} (this fisk-sm reads {FORMAT_VERSION})"
+            )
+        self.meta, self.table = meta, table
+        self.data = data = RunData.begin(meta.run_id, meta.prompt)
+        data.chat = meta.interactive
+        #: The open turn's assistant record (None before any, and after a user record).
+        self.turn: Assistant | None = None
+        #: The seq of the record of `data.turn` (0: none yet).
+        self.turn_seq = 0
+        self.started: set[str] = set()
+        self.asked: dict[str, ApprovalRequested] = {}
+        self.answers: dict[str, ApprovalAnswered] = {}
+        self.terminal: Terminal | None = None
+        self.last_seq = meta.seq
+        #: With `track`, where each message of `data.messages` was read from: the seqs of its
+        #: records (the meta's for the prompt; one assistant or user record; a turn's tool
+        #: results; or, merged, a user message's and a follow-up's), message after message in
+        #: `sources`, message `i`'s from `starts[i]` (flat arrays: no object per message, which
+        #: a fold of thousands would pay for in garbage collection). None without `track`.
+        self.sources: array.array[int] | None = array.array("q", [meta.seq]) if track else None
+        self.starts: array.array[int] = array.array("q", [0])
+        self._result_seqs: list[int] = []
+
+    def _commit(self) -> None:
+        data = self.data
+        if self.turn is not None and data.results:
+            data.messages.append(Message("user", tuple(data.results)))
+            if self.sources is not None:
+                self.starts.append(len(self.sources))
+                self.sources.extend(self._result_seqs)
+        data.results = []
+        self._result_seqs = []
+        self.started.clear()
+        self.asked.clear()
+        self.answers.clear()
+
+    def feed(self, record: Record) -> None:
+        """Fold one more record in."""
+        data = self.data
+        if record.seq <= self.last_seq:
+            raise FoldError(f"seq {record.seq} after seq {self.last_seq}")
+        self.last_seq = record.seq
         if isinstance(record, Meta):
             raise FoldError(f"a second meta record at seq {record.seq}")
         if isinstance(record, Assistant):
-            commit()
-            turn = record
+            self._commit()
+            self.turn, self.turn_seq = record, record.seq
             message = _message(record)
             data.messages.append(message)
+            if self.sources is not None:
+                self.starts.append(len(self.sources))
+                self.sources.append(record.seq)
             data.turn, data.stop_reason = message, record.stop_reason
             data.llm_calls += 1
             data.iteration = data.llm_calls
             data.usage, data.last_usage = data.usage + record.usage, record.usage
         elif isinstance(record, ApprovalRequested | ApprovalAnswered):
-            if turn is None:
+            if self.turn is None:
                 raise FoldError(f"an approval record before any assistant turn at seq {record.seq}")
             if isinstance(record, ApprovalRequested):
-                asked[record.tool_use_id] = record
+                self.asked[record.tool_use_id] = record
             else:
-                if record.tool_use_id not in asked:
+                if record.tool_use_id not in self.asked:
                     raise FoldError(f"an answer to an approval never asked at seq {record.seq}")
-                answers[record.tool_use_id] = record
+                self.answers[record.tool_use_id] = record
                 if record.answer == "always":
-                    data.allowed.append(asked[record.tool_use_id].name)
+                    data.allowed.append(self.asked[record.tool_use_id].name)
         elif isinstance(record, ToolStarted | ToolResult):
-            if turn is None:
+            if self.turn is None:
                 raise FoldError(f"a tool record before any assistant turn at seq {record.seq}")
             if isinstance(record, ToolStarted):
-                started.add(record.tool_use_id)
+                self.started.add(record.tool_use_id)
             else:
                 data.results.append(_result(record))
+                self._result_seqs.append(record.seq)
                 data.tool_calls += 1
                 data.tool_kinds[record.kind] = data.tool_kinds.get(record.kind, 0) + 1
         elif isinstance(record, User):
-            commit()
-            turn = None
+            self._commit()
+            self.turn = None
+            merged = bool(data.messages) and data.messages[-1].role == "user"
             merge_user(data.messages, _message(record))
+            if self.sources is not None:
+                if not merged:  # (merged: a part more of the last message)
+                    self.starts.append(len(self.sources))
+                self.sources.append(record.seq)
             data.follow_ups += 1
         elif isinstance(record, Terminal):
-            _check_terminal(record, table)
-            terminal = record
-    state = _resume_state(data, turn, started, asked, answers)
-    if turn is not None and state == States.SUSPEND_CHECK:
-        commit()
-    last = terminal if terminal is not None and terminal is records[-1] else None
-    if data.chat and _at_input(state, data, turn, last):
-        state, data.pending, data.at_input = States.AWAITING_INPUT, [], True
-    if terminal is not None and terminal.reason == States.COMPLETED:
-        state = States.COMPLETED
-    return Snapshot.of(
-        state,
-        data,
-        status=terminal.reason if terminal else "open",
-        outcome=terminal.message if terminal else None,
-        seq=last_seq,
-        created=meta.created,
-        fingerprint=meta.fingerprint,
-    )
+            _check_terminal(record, self.table)
+            self.terminal = record
+
+    def at_boundary(self) -> bool:
+        """Whether the fold holds nothing of an open turn but the turn itself: so right after
+        an assistant or a user record, where a checkpoint may be taken."""
+        data = self.data
+        return not (data.results or self.started or self.asked or self.answers)
+
+    def snapshot(self) -> Snapshot:
+        """The snapshot of the records fed so far (the fold is spent: feed it no more)."""
+        data, turn, terminal, meta = self.data, self.turn, self.terminal, self.meta
+        state = _resume_state(data, turn, self.started, self.asked, self.answers)
+        if turn is not None and state == States.SUSPEND_CHECK:
+            self._commit()
+        # only the last record counts as where the run stopped (seqs rise, so this is it)
+        last = terminal if terminal is not None and terminal.seq == self.last_seq else None
+        if data.chat and _at_input(state, data, turn, last):
+            state, data.pending, data.at_input = States.AWAITING_INPUT, [], True
+        if terminal is not None and terminal.reason == States.COMPLETED:
+            state = States.COMPLETED
+        return Snapshot.of(
+            state,
+            data,
+            status=terminal.reason if terminal else "open",
+            outcome=terminal.message if terminal else None,
+            seq=self.last_seq,
+            created=meta.created,
+            fingerprint=meta.fingerprint,
+        )
 
 
 def _check_terminal(record: Terminal, table: Table | None) -> None:

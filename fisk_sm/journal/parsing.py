@@ -25,25 +25,46 @@ from fisk_sm.journal.records import FORMAT_VERSION, Meta, Record
 from fisk_sm.journal.shape import check_depth, check_shape
 from fisk_sm.journal.snapshot import Snapshot
 
-__all__ = ["CorruptJournalError", "fold_journal", "parse_journal", "read_all"]
+__all__ = [
+    "CorruptJournalError",
+    "check_version",
+    "fold_journal",
+    "parse_journal",
+    "parse_lines",
+    "read_all",
+    "resume_fold",
+]
 
 
 class CorruptJournalError(JournalError):
     """A journal with a bad interior line; the message names the file and 1-based line."""
 
 
-def parse_journal(path: Path, data: bytes) -> tuple[list[Record], int]:
+def parse_journal(path: Path, data: bytes, *, checkpoint: bool = False) -> tuple[list[Record], int]:
     """A journal's good records and the byte offset where they end (a torn last line left out).
 
     A bad interior line, a seq out of step or a misplaced meta is a `CorruptJournalError`.
+    With `checkpoint` (an open to resume), a journal whose checkpoint holds is read from it:
+    the lines it covers are checked by its checksum alone, and only the lines after it are
+    decoded (`fisk_sm.journal.checkpoint`); the records, and any error, are the same.
     """
+    if checkpoint:
+        from fisk_sm.journal.lazy import read_records
+
+        return read_records(path, data)
     lines = data.split(b"\n")
     lines.pop()  # the text after the last newline, if any: a write cut short, dropped
     if lines:
-        _check_version(path, lines[0])
+        check_version(path, lines[0])
+    records = parse_lines(path, lines, 1)
+    return records, data.rfind(b"\n") + 1
+
+
+def parse_lines(path: Path, lines: list[bytes], first: int) -> list[Record]:
+    """The records of complete `lines`, the first of which is line `first` (and has that seq),
+    each checked as `parse_journal` checks it."""
     records: list[Record] = []
-    end = 0
-    for number, line in enumerate(lines, start=1):
+    for number, line in enumerate(lines, start=first):
         try:
             check_depth(line)
             record = decode(line)
@@ -59,11 +80,10 @@ def parse_journal(path: Path, data: bytes) -> tuple[list[Record], int]:
             what = "first record is not meta" if number == 1 else "meta record after line 1"
             raise CorruptJournalError(f"{path}: line {number}: {what}")
         records.append(record)
-        end += len(line) + 1
-    return records, end
+    return records
 
 
-def _check_version(path: Path, first: bytes) -> None:
+def check_version(path: Path, first: bytes) -> None:
     """Refuse a journal of another format version before anything else reads (or cuts) it."""
     try:
         check_depth(first)
@@ -80,7 +100,11 @@ def _check_version(path: Path, first: bytes) -> None:
 def fold_journal(path: Path, records: list[Record], table: Table | None = None) -> Snapshot:
     """`fold` (by `table`, the loop's own by default), with a refusal naming the journal's
     file."""
+    from fisk_sm.journal.lazy import Records
+
     try:
+        if isinstance(records, Records) and records.intact:
+            return records.fold(table)
         return fold(records, table)
     except FoldError as exc:
         raise CorruptJournalError(f"{path}: {exc}") from None
@@ -91,8 +115,29 @@ def fold_journal(path: Path, records: list[Record], table: Table | None = None) 
 
 
 def read_all(fd: int) -> bytes:
-    """Everything from `fd`'s offset to its end."""
-    chunks = []
-    while chunk := os.read(fd, 1 << 20):
+    """Everything from `fd`'s offset to its end: in one read of the size the file has (a
+    journal of megabytes costs no second copy), then whatever a writer added since."""
+    chunks, size = [], os.fstat(fd).st_size + 1
+    while chunk := os.read(fd, size):
         chunks.append(chunk)
-    return b"".join(chunks)
+        size = 1 << 20
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def resume_fold(path: Path, records: list[Record], table: Table | None = None) -> Snapshot:
+    """`fold_journal` for a resume, in its worker thread: read from the journal's checkpoint when
+    it has one (`parse_journal(..., checkpoint=True)`), then write a new checkpoint when the
+    journal has grown enough, and read every message's wire form now, off the event loop (the
+    next request sends them all)."""
+    from fisk_sm.journal.checkpoint import write_checkpoint
+    from fisk_sm.journal.lazy import Records
+
+    snapshot = fold_journal(path, records, table)
+    if isinstance(records, Records) and records.taken is not None:
+        write_checkpoint(path, records.taken)
+    try:
+        for message in snapshot.messages:
+            message.to_json()
+    except (LookupError, ValueError, TypeError) as exc:  # a checkpoint pointing at other lines
+        raise CorruptJournalError(f"{path}: its checkpoint does not read: {exc!r}") from None
+    return snapshot

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from fisk_sm.config.agent import AgentConfig
 from fisk_sm.events.types import RunResumed
 from fisk_sm.journal.base import SessionJournal, SessionStore
-from fisk_sm.journal.parsing import fold_journal
+from fisk_sm.journal.parsing import resume_fold
 from fisk_sm.journal.records import Meta
 from fisk_sm.journal.snapshot import RunData
 from fisk_sm.loop.fingerprint import check_resume, fingerprint
@@ -112,7 +112,7 @@ async def resume_session(
         harness.journal = journal  # from here on, closing the harness releases the lock
         # Folding a long journal takes milliseconds of CPU: a worker thread's, not the loop's.
         table = machine.table if machine is not None else None
-        snapshot = await asyncio.to_thread(fold_journal, journal.path, journal.records, table)
+        snapshot = await asyncio.to_thread(resume_fold, journal.path, journal.records, table)
         check_resume(
             run_id,
             snapshot.fingerprint,
