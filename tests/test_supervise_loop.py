@@ -1,6 +1,7 @@
 """`fisk-sm supervise` runs its runs on uvloop when it is installed (`--loop auto`, the default),
 on asyncio's loop with `--loop asyncio` or FISK_SM_LOOP=asyncio, and refuses a loop it cannot
-have in one line. The loop is read by a tool from inside a run, and checked in its journal."""
+have in one line; after start-up the collector is settled (frozen, spaced-out thresholds). A tool
+reads all this from inside a run, and the test reads the tool's answer in the journal."""
 
 from __future__ import annotations
 
@@ -13,14 +14,17 @@ from pathlib import Path
 import pytest
 from ctlkit import CLI, DEADLINE, http, start_supervise, wait_until
 
+from fisk_sm.supervisor.host.eventloop import THRESHOLDS
 from fisk_sm.testing import FakeMessagesAPI, Reply
 
 TOOLS = '''
-import asyncio
+import asyncio, gc
 
 async def loop_kind() -> str:
-    """The module of the running event loop's class."""
-    return type(asyncio.get_running_loop()).__module__
+    """The module of the running event loop's class, the collector's thresholds and whether
+    start-up's objects were frozen."""
+    frozen = gc.get_freeze_count() > 0
+    return f"{type(asyncio.get_running_loop()).__module__} {gc.get_threshold()} {frozen}"
 '''
 
 
@@ -62,9 +66,9 @@ def _script() -> list[Reply]:
     return [Reply.tool_use("loop_kind", {}), Reply.text("done")]
 
 
-def test_runs_are_driven_on_uvloop_by_default(tmp_path: Path) -> None:
+def test_runs_are_driven_on_uvloop_by_default_with_the_collector_settled(tmp_path: Path) -> None:
     with FakeMessagesAPI(_script()) as api:
-        assert _supervise(tmp_path, api, env=_env()) == "uvloop"
+        assert _supervise(tmp_path, api, env=_env()) == f"uvloop {THRESHOLDS} True"
 
 
 @pytest.mark.parametrize("how", ["flag", "env"])
@@ -72,7 +76,7 @@ def test_the_standard_loop_when_asked(tmp_path: Path, how: str) -> None:
     extra = ("--loop", "asyncio") if how == "flag" else ()
     env = _env(FISK_SM_LOOP="asyncio") if how == "env" else _env()
     with FakeMessagesAPI(_script()) as api:
-        assert _supervise(tmp_path, api, *extra, env=env) == "asyncio.unix_events"
+        assert _supervise(tmp_path, api, *extra, env=env).split()[0] == "asyncio.unix_events"
 
 
 def test_a_bad_loop_setting_is_one_line_and_exit_2(tmp_path: Path) -> None:
