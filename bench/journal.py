@@ -7,7 +7,10 @@
 4. durable records/s across 1,000 concurrent runs vs one run alone and a hand fsync loop.
 See bench/README.md for the definitions.
 
-    .venv/bin/python bench/journal.py [--quick] [--repeats R]
+    .venv/bin/python bench/journal.py [--quick] [--repeats R] [--baseline REV] [--durable-only]
+
+Figure 1 lives in journal_durable.py, with its `--baseline` mode (the fisk-sm of a git revision
+measured side by side, in child processes).
 """
 
 from __future__ import annotations
@@ -17,25 +20,23 @@ import asyncio
 import cProfile
 import gc
 import io
-import itertools
 import json
 import os
 import pstats
-import random
 import statistics
 import sys
 import sysconfig
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Awaitable, Iterator
-from contextlib import contextmanager
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # loop_overhead
 
+from journal_durable import Row, figure, ms, run_fisk, script, timing
 from journal_scale import durable_many, langgraph_get_state
 from loop_overhead import PROMPT, NullEvents, ScriptedModel, bench_config, echo
 
@@ -45,169 +46,15 @@ from fisk_sm.journal.records import encode
 from fisk_sm.loop import sessions
 from fisk_sm.loop.harness import RunOptions
 from fisk_sm.loop.run import Run, loop_machine
-from fisk_sm.loop.sessions import resume_session, start_session
+from fisk_sm.loop.sessions import resume_session
 
-RATIO_TARGET, FLAT_BAND, BYTES_TARGET, RESUME_TARGET = 1.2, (0.9, 1.1), 1.5, 0.100
+BYTES_TARGET, RESUME_TARGET = 1.5, 0.100
 MANY_TARGET = 5000.0  # durable records/s across 1,000 runs
-TEXT_CHARS, INPUT_CHARS = 720, 640  # assistant text + echo input + echo output ≈ 2.2 KB of JSON
-USAGE = {"input_tokens": 1000, "output_tokens": 300}
-_SOURCE = (
-    "the journal keeps every turn durable before any tool runs so a crash loses nothing and "
-    "resume picks up at the loop boundary — “fold” rebuilds the conversation from records "
-    "that are deltas, never copies; naïve checkpoints grow with the square"
-)
-WORDS = _SOURCE.split()
-Row = tuple[str, str, str, bool]
-
-
-def prose(rng: random.Random, size: int) -> str:
-    words = [rng.choice(WORDS) for _ in range(size // 4)]
-    return " ".join(words)[:size]
-
-
-def script(iterations: int, seed: int = 7) -> list[dict[str, Any]]:
-    """N replies of text + one echo tool_use with ~2.2 KB of content, then a final answer."""
-    rng, replies = random.Random(seed), []
-    for i in range(iterations):
-        text = {"type": "text", "text": prose(rng, TEXT_CHARS)}
-        arguments = {"text": prose(rng, INPUT_CHARS)}
-        use = {"type": "tool_use", "id": f"toolu_{i:06d}", "name": "echo", "input": arguments}
-        replies.append({"content": [text, use], "stop_reason": "tool_use", "usage": dict(USAGE)})
-    final = [{"type": "text", "text": "done"}]
-    return [*replies, {"content": final, "stop_reason": "end_turn", "usage": dict(USAGE)}]
 
 
 def size(value: Any) -> int:
     """UTF-8 bytes of `value` as compact JSON, non-ASCII unescaped."""
     return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
-
-
-@contextmanager
-def timing(target: Any, name: str, into: Counter[str], label: str) -> Iterator[None]:
-    """Patch `target.name` to add its time to `into[label]` and its calls to `label calls`."""
-    original = getattr(target, name)
-
-    def timed(*args: Any, **kwargs: Any) -> Any:
-        start = time.perf_counter()
-        try:
-            return original(*args, **kwargs)
-        finally:
-            into[label] += time.perf_counter() - start
-            into[label + " calls"] += 1
-
-    setattr(target, name, timed)
-    try:
-        yield
-    finally:
-        setattr(target, name, original)
-
-
-def ms(seconds: float) -> str:
-    return f"{seconds * 1e3:8.3f}"
-
-
-# --- 1. durable loop: fisk-sm vs hand -----------------------------------------------------------
-
-
-async def run_fisk(store: FileStore, run_id: str, n: int, model: ScriptedModel) -> Run:
-    options = RunOptions(model=model, tools=[echo], events=NullEvents())
-    run = await start_session(bench_config(n), PROMPT, store, options, run_id=run_id)
-    state = await run.run()
-    await run.harness.journal.close()
-    if state != "completed" or run.data.tool_calls != n:
-        raise RuntimeError(f"fisk-sm ended in {state!r} after {run.data.tool_calls} tools")
-    return run
-
-
-async def run_hand(path: Path, model: ScriptedModel) -> None:
-    """Model call, tool call and one fsynced JSON line per record, records shaped like fisk's."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
-    seq = 0
-
-    def put(record: dict[str, Any]) -> None:
-        nonlocal seq
-        seq += 1
-        line = json.dumps({"seq": seq, **record}, separators=(",", ":")) + "\n"
-        view = memoryview(line.encode())
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-
-    put({"type": "meta", "version": 1, "run_id": path.stem, "prompt": PROMPT})
-    directory = os.open(path.parent, os.O_RDONLY)
-    os.fsync(directory)
-    os.close(directory)
-    messages: list[dict[str, Any]] = [{"role": "user", "content": PROMPT}]
-    for iteration in itertools.count():
-        reply = await model.create(None)  # type: ignore[arg-type]
-        turn = {"role": "assistant", "content": reply["content"]}
-        messages.append(turn)
-        put({"type": "assistant", "iteration": iteration, "message": turn, **reply["usage"]})
-        results = []
-        for block in (b for b in turn["content"] if b["type"] == "tool_use"):
-            put({"type": "tool_started", "tool_use_id": block["id"], "name": block["name"]})
-            content = await echo.fn(**block["input"])
-            result = {"type": "tool_result", "tool_use_id": block["id"], "content": content}
-            put({"type": "tool_result", "tool_use_id": block["id"], "result": result})
-            results.append(result)
-        if not results:
-            break
-        messages.append({"role": "user", "content": results})
-    put({"type": "terminal", "reason": "completed", "message": None})
-    os.close(fd)
-
-
-async def durable(root: Path, sizes: tuple[int, int], repeats: int, rows: list[Row]) -> Run:
-    """Figure 1; returns the last fisk-sm run at the larger N (for figure 2)."""
-    store, hand_dir = FileStore(root / "fisk"), root / "hand"
-    hand_dir.mkdir()
-    samples: dict[tuple[str, str, int], list[float]] = {}
-    for rep in range(repeats + 1):  # round 0 is the warm-up
-        for n in sizes:
-            for who in ("hand", "fisk"):
-                model, fsync = ScriptedModel(script(n)), Counter[str]()
-                gc.collect()
-                with timing(os, "fsync", fsync, "fsync"):
-                    start = time.perf_counter()
-                    if who == "fisk":
-                        run = await run_fisk(store, f"fisk{rep}-{n}", n, model)
-                    else:
-                        await run_hand(hand_dir / f"hand{rep}-{n}.json", model)
-                    wall = time.perf_counter() - start
-                per_fsync = fsync["fsync"] / fsync["fsync calls"]
-                for what, value in (("wall", wall), ("fsync", fsync["fsync"]), ("each", per_fsync)):
-                    per = value if what == "each" else value / (n + 1)
-                    samples.setdefault((what, who, n), []).extend([per] if rep else [])
-    med = {key: statistics.median(s) for key, s in samples.items()}
-    print("\n1. durable time per iteration, ms (median; N tool iterations + 1 final reply)")
-    print("   other = wall − time inside os.fsync; 'equalized': fisk-sm given hand's fsync time")
-    print(f"   {'N':>5} {'':>5}{'wall':>9} {'fsync':>8} {'other':>8} {'µs/fsync':>9}")
-    for n in sizes:
-        for who in ("hand", "fisk"):
-            wall, fsync_time = med["wall", who, n], med["fsync", who, n]
-            print(f"   {n:>5} {who:>5}{ms(wall)} {ms(fsync_time)} {ms(wall - fsync_time)}", end="")
-            print(f" {med['each', who, n] * 1e6:9.0f}")
-    other = {
-        key[1:]: wall - med["fsync", *key[1:]] for key, wall in med.items() if key[0] == "wall"
-    }
-    target = f"≤ {RATIO_TARGET}×"
-    for n in sizes:
-        hand = med["wall", "hand", n]
-        ratio, extra = med["wall", "fisk", n] / hand, other["fisk", n] - other["hand", n]
-        equal = (hand + extra) / hand
-        print(f"   N={n}: fisk/hand {ratio:.2f}×, fsync-equalized {equal:.2f}×", end="")
-        print(f" (fisk − hand outside fsync: {extra * 1e6:.0f} µs/iteration)")
-        rows.append((f"fisk/hand at N={n}", f"{ratio:.2f}×", target, ratio <= RATIO_TARGET))
-        rows.append(("  fsync-equalized", f"{equal:.2f}×", target, equal <= RATIO_TARGET))
-    small, big = sizes
-    flat = med["wall", "fisk", big] / med["wall", "fisk", small]
-    other_flat = other["fisk", big] / other["fisk", small]
-    hand_flat = med["wall", "hand", big] / med["wall", "hand", small]
-    print(f"   N={big}/N={small} per iteration: fisk-sm {flat:.2f}", end="")
-    print(f" (other {other_flat:.2f}), hand {hand_flat:.2f}")
-    for name, value in ((f"fisk N={big}/N={small}", flat), ("  other (wall − fsync)", other_flat)):
-        rows.append((name, f"{value:.2f}", "0.9–1.1", FLAT_BAND[0] <= value <= FLAT_BAND[1]))
-    return run
 
 
 # --- 2. journal bytes vs content bytes ---------------------------------------------------------
@@ -248,7 +95,8 @@ def overhead_by_field(path: Path) -> Counter[str]:
     return parts
 
 
-def journal_bytes(run: Run, n: int, rows: list[Row]) -> None:
+async def journal_bytes(root: Path, n: int, rows: list[Row]) -> None:
+    run = await run_fisk(FileStore(root / "bytes"), "bytes", n, ScriptedModel(script(n)))
     path = run.harness.journal.path  # type: ignore[attr-defined]
     journal, (content, raw) = (
         path.stat().st_size,
@@ -271,6 +119,8 @@ def journal_bytes(run: Run, n: int, rows: list[Row]) -> None:
 # --- 3. resume ------------------------------------------------------------------------------------
 
 PARTS = ("FileStore.load (read+decode)", "FileStore.open (lock+read+decode)", "fold_journal")
+#: The fold `resume_session` calls (`resume_fold` since issue 24, `fold_journal` before).
+FOLD = "resume_fold" if hasattr(sessions, "resume_fold") else "fold_journal"
 
 
 async def build_session(store: FileStore, run_id: str, iterations: int) -> Path:
@@ -301,7 +151,7 @@ async def resume_once(
     with (
         timing(FileStore, "load", parts, PARTS[0]),
         timing(FileStore, "open", parts, PARTS[1]),
-        timing(sessions, "fold_journal", parts, PARTS[2]),
+        timing(sessions, FOLD, parts, PARTS[2]),
         timing(Path, "read_bytes", parts, "  of which Path.read_bytes"),
     ):
         start, cpu = time.perf_counter(), time.process_time()
@@ -390,19 +240,21 @@ async def profile(work: Awaitable[Any], title: str) -> None:
         print(f"\n--- cProfile, {title}, by {order} ---\n{text}")
 
 
-async def main(quick: bool, repeats: int) -> None:
+async def main(quick: bool, repeats: int, baseline: str | None, durable_only: bool) -> None:
     sizes, iterations = ((10, 40), 100) if quick else ((50, 200), 1000)
     loop_machine()
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="fisk-bench-") as tmp:
         print(f"Python {sys.version.split()[0]}, temp dir {tmp}, {repeats} interleaved repeats")
-        run = await durable(Path(tmp), sizes, repeats, rows)
-        journal_bytes(run, sizes[1], rows)
-        await resume(Path(tmp), iterations, repeats, rows)
-        runs, per_run = (50, 4) if quick else (1000, 10)
-        many = await durable_many(Path(tmp), runs, per_run, 1 if quick else 3)
-        best = many[next(iter(many))]  # the default writer
-        rows.append((f"records/s, {runs} runs", f"{best:,.0f}", "≥ 5,000", best >= MANY_TARGET))
+        await figure(Path(tmp), sizes, repeats, rows, baseline)
+        if not durable_only:
+            await journal_bytes(Path(tmp), sizes[1], rows)
+            await resume(Path(tmp), iterations, repeats, rows)
+            runs, per_run = (50, 4) if quick else (1000, 10)
+            many = await durable_many(Path(tmp), runs, per_run, 1 if quick else 3)
+            best = many[next(iter(many))]  # the default writer
+            ok = best >= MANY_TARGET
+            rows.append((f"records/s, {runs} runs", f"{best:,.0f}", "≥ 5,000", ok))
     print(f"\n{'summary':<28} {'figure':>10} {'target':>10}  verdict")
     for name, shown, target, ok in rows:
         print(f"{name:<28} {shown:>10} {target:>10}  {'ok' if ok else 'MISSED'}")
@@ -414,5 +266,10 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--quick", action="store_true", help="a fast smoke run (N=10/40, 100)")
     parser.add_argument("--repeats", type=int, default=0, help="timed runs each (default 7)")
+    parser.add_argument(
+        "--baseline", metavar="REV", help="figure 1 also measures the fisk-sm of git revision REV"
+    )
+    parser.add_argument("--durable-only", action="store_true", help="figure 1 only")
     args = parser.parse_args()
-    asyncio.run(main(args.quick, args.repeats or (1 if args.quick else 7)))
+    repeats = args.repeats or (1 if args.quick else 7)
+    asyncio.run(main(args.quick, repeats, args.baseline, args.durable_only))

@@ -41,7 +41,7 @@ from fisk_sm.operator.prompter import (
     ScriptedPrompter,
     TerminalPrompter,
 )
-from fisk_sm.supervisor.desk import ApprovalDesk, DeskPrompter
+from fisk_sm.supervisor.host.desk import ApprovalDesk, DeskPrompter
 from fisk_sm.testing import FakeMessagesAPI, Reply
 
 COMPAT = Path(__file__).parent / "fixtures" / "compat"

@@ -54,6 +54,32 @@ async def test_steps_visit_the_loop_states_in_order(api: FakeMessagesAPI, tmp_pa
     assert [r.seq for r in journal.records] == [1, 2, 3, 4, 5, 6]
 
 
+async def test_advance_steps_once_without_building_the_step(
+    api: FakeMessagesAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`advance()` is one `step()` whose `Step` nobody reads (a supervisor's drive): the same
+    states, the same journal, and no `Step` built."""
+    from fisk_sm.machine.evaluator import LoopMachine
+
+    def unread(*_: object) -> Step:
+        raise AssertionError("a Step was built for advance()")
+
+    monkeypatch.setattr(LoopMachine, "describe", unread)
+    api.add(Reply.tool_use("touch", {"label": "one"}, id="toolu_a"), Reply.text("done"))
+    run, _, journal = make_run(api, [side_effect_tool(tmp_path / "fx")])
+    visited = [run.state]
+    while not run.finished:
+        await run.advance()
+        visited.append(run.state)
+    assert visited == [
+        "suspend_check", "call", "journal", "decide", "budget_check", "gate", "execute",
+        "feed_back", "suspend_check", "call", "journal", "decide", "completed",
+    ]  # fmt: skip
+    kinds = [type(r).__name__ for r in journal.records]
+    assert kinds == ["Meta", "Assistant", "ToolStarted", "ToolResult", "Assistant", "Terminal"]
+    assert run.answer() == "done"
+
+
 async def test_first_request_carries_prompt_system_tools_and_output_cap(
     api: FakeMessagesAPI, tmp_path: Path
 ) -> None:

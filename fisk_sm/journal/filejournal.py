@@ -2,7 +2,10 @@
 
 `await journal.append(record)` hands the line to the process's group-commit writer
 (`fisk_sm.journal.writer`) and resolves once the writer has written and fsynced it, so the event
-loop never waits for the disk while the run still moves on only with its record durable.
+loop never waits for the disk while the run still moves on only with its record durable. A run
+appending on its own takes the writer's fast path: one hand-off to its thread and one back. An
+intent that needs no fsync (`deferred_intents`) is written by the appending thread itself when
+nothing of the file is queued: no hand-off at all.
 `append_sync` does the same write and fsync on the calling thread, for synchronous users (a
 fork, a tool that builds a session by hand). The journal holds the session's lock until closed.
 """
@@ -56,7 +59,8 @@ class FileJournal:
     _closed: bool = False
     #: The highest seq handed to the writer; ahead of `_last_seq` while an append is in flight.
     _queued_seq: int = attrs.field(init=False)
-    _inflight: asyncio.Future[None] | None = attrs.field(default=None, init=False, repr=False)
+    #: Replays of a seq still in flight (its first append was cancelled), waiting for its commit.
+    _replays: list[tuple[int, asyncio.Future[None]]] = attrs.field(factory=list, init=False)
     _channel: Channel = attrs.field(init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
@@ -108,33 +112,59 @@ class FileJournal:
     async def append(self, record: Record) -> None:
         """The `Journal` protocol's append: returns once the record is durable.
 
-        The write and the fsync happen on the group-commit writer's threads, never on the event
-        loop. A cancelled append still completes in the background, and the journal learns its
+        The write and the fsync happen on the group-commit writer's thread, never on the event
+        loop (a deferred intent, which has no fsync, is written here when nothing of the file is
+        queued). A cancelled append still completes in the background, and the journal learns its
         outcome: a replay of the same seq then waits for it instead of writing it twice.
         """
         self._check_usable()
         if not self._must_write(self._queued_seq, record):
-            if record.seq > self._last_seq and self._inflight is not None:
-                await self._wait(record, self._inflight)  # a replay of the append in flight
+            if record.seq > self._last_seq:  # a replay of an append still in flight
+                waiter = asyncio.get_running_loop().create_future()
+                self._replays.append((record.seq, waiter))
+                await self._wait(record, waiter)
             return
         sync = not (isinstance(record, ToolStarted) and record.name in self.deferred_intents)
-        future = shared_writer().submit(self._channel, _line(record), sync=sync)
+        writer, line = shared_writer(), _line(record)
+        if not sync:  # counts as written once in the file: written here, if nothing is queued
+            try:
+                if writer.write_unsynced(self._channel, line):
+                    self._queued_seq = self._last_seq = record.seq
+                    return
+            except OSError as exc:
+                raise self._failed(record, exc) from exc
+        then = functools.partial(self._committed, record.seq)
+        future = writer.submit(self._channel, line, sync=sync, then=then)
         self._queued_seq = record.seq
-        self._inflight = future
-        future.add_done_callback(functools.partial(self._committed, record.seq))
         await self._wait(record, future)
 
-    def _committed(self, seq: int, future: asyncio.Future[None]) -> None:
-        # Runs on the loop whatever became of the awaiting task, so `last_seq` and `_broken`
-        # always match the file.
-        if not future.cancelled() and future.exception() is None:
+    def _committed(self, seq: int, failure: OSError | None) -> None:
+        # The writer calls it on the loop whatever became of the awaiting task, so `last_seq`
+        # and `_broken` always match the file.
+        if failure is None:
             self._last_seq = max(self._last_seq, seq)
         else:
             self._broken = True
+        if self._replays:
+            self._wake_replays(failure)
+
+    def _wake_replays(self, failure: OSError | None) -> None:
+        waiting = []
+        for replayed, waiter in self._replays:
+            if waiter.done():
+                continue
+            if failure is not None:
+                waiter.set_exception(failure)
+            elif replayed <= self._last_seq:
+                waiter.set_result(None)
+            else:
+                waiting.append((replayed, waiter))
+        self._replays = waiting
 
     async def _wait(self, record: Record, future: asyncio.Future[None]) -> None:
+        # Not shielded: cancelling the run cancels this wait, not the commit (see _committed).
         try:
-            await asyncio.shield(future)  # cancelling the run must not cancel the commit
+            await future
         except OSError as exc:
             raise self._failed(record, exc) from exc
 

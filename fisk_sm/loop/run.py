@@ -276,6 +276,11 @@ class Run:
         fire = await self._advance()
         return self.machine.describe(source, fire)
 
+    async def advance(self) -> None:
+        """`step()` without its report: one transition, for a driver that does not read the
+        `Step` (a supervisor), which is then never built."""
+        await self._advance()
+
     async def _advance(self) -> Fire:
         machine = self.machine
         action = machine.actions.get(self.state)
