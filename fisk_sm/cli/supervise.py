@@ -329,7 +329,8 @@ async def _main_cluster(
             if args.state_dir is not None:
                 await asyncio.to_thread(write_url, args.state_dir / "supervisor.url", url)
             settle()
-            say(f"fisk-sm supervise: {settings.owner} listening on {url} (event loop: {args.loop})")
+            say(f"fisk-sm supervise: runs driven on the {args.loop} event loop")
+            say(f"fisk-sm supervise: {settings.owner} listening on {url}")
             await stop.wait()
             await supervisor.shutdown()
             server.should_exit = True
@@ -366,7 +367,8 @@ async def _main(
     url = url_of(sock)
     await asyncio.to_thread(write_url, store.directory / "supervisor.url", url)
     settle()
-    say(f"fisk-sm supervise: listening on {url} (event loop: {args.loop})")
+    say(f"fisk-sm supervise: runs driven on the {args.loop} event loop")
+    say(f"fisk-sm supervise: listening on {url}")
     if resumed:
         say(f"fisk-sm supervise: resumed {len(resumed)} run(s)")
     await stop.wait()

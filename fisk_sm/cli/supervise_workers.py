@@ -93,7 +93,9 @@ async def _main(
     url = url_of(sock)
     await asyncio.to_thread(write_url, store.directory / "supervisor.url", url)
     settle()
-    say(f"fisk-sm supervise: listening on {url} (event loop: {settings.loop})")
+    loop = settings.loop
+    say(f"fisk-sm supervise: runs driven by {settings.workers} workers on the {loop} event loop")
+    say(f"fisk-sm supervise: listening on {url}")
     if resumed:
         say(f"fisk-sm supervise: resumed {len(resumed)} run(s)")
     stopping = asyncio.ensure_future(stop.wait())
