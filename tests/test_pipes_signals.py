@@ -89,7 +89,8 @@ def test_sigterm_suspends_every_run_whatever_became_of_stderr(
         url_file = sup.state / "supervisor.url"
         url = wait_until(lambda: url_file.exists() and url_file.read_text().strip(), "the url")
         if process.stderr is not None:  # the reader goes: the next line meets a broken pipe
-            assert b"listening on" in process.stderr.readline()
+            while b"listening on" not in (line := process.stderr.readline()):
+                assert line, "supervise ended its stderr before listening"
             process.stderr.close()
         parked, flying = submit(url, PARKED), submit(url, "wait for the model")
         wait_until(lambda: status_of(url, parked) == "parked", "the run to park")

@@ -150,9 +150,10 @@ def add_supervise_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser
     parser.add_argument(
         "--workers",
         type=int,
-        default=0,
+        default=None,
         metavar="N",
-        help="drive the runs in N worker processes behind this one (default 0: in this process)",
+        help="drive the runs in N worker processes behind this one; 0: in this process"
+        f" (default: the cores this process may use, {_cores()} here; 0 with --nats or one core)",
     )
     parser.add_argument(
         "--loop",
@@ -201,6 +202,11 @@ def _token(args: argparse.Namespace) -> str | None:
     return from_env or None
 
 
+def _cores() -> int:
+    """The CPUs this process may run on."""
+    return len(os.sched_getaffinity(0))
+
+
 def cmd_supervise(args: argparse.Namespace) -> int:
     """Run the supervisor until a signal."""
     if args.concurrency < 1:
@@ -231,6 +237,10 @@ def cmd_supervise(args: argparse.Namespace) -> int:
         build_app, token=token, hosts=served_hosts(sock, host, extra), config_dirs=dirs
     )
 
+    if args.workers is None:
+        args.workers = 0 if args.nats is not None or _cores() < 2 else _cores()
+    if args.workers < 0:
+        raise UsageError(f"--workers: must be at least 0, not {args.workers}")
     if args.workers:  # N worker processes behind this one
         from fisk_sm.cli.supervise_workers import supervise_workers
 
