@@ -51,8 +51,8 @@ LIMIT = 10
 KEPT = {
     ("cli/main.py", "main"): "test_cli_top_level_turns_any_failure_into_one_line",
     ("journal/writer.py", "_serve"): "test_a_bug_in_the_journal_writer_fails_the_appends_only",
-    ("supervisor/host/member.py", "_guarded"): "test_cluster_start_failure_and_a_failing_loop",
-    ("supervisor/host/leased.py", "_take_submission"): (
+    ("supervisor/host/intake.py", "_guarded"): "test_cluster_start_failure_and_a_failing_loop",
+    ("supervisor/host/leased.py", "take_submission"): (
         "test_cluster_start_failure_and_a_failing_loop"
     ),
     ("supervisor/host/drive.py", "drive"): "test_a_tool_raising_and_a_full_disk_in_a_supervisor",
@@ -455,8 +455,8 @@ def test_load_tool_names_whatever_the_module_raised(tmp_path: Path) -> None:
 async def test_cluster_start_failure_and_a_failing_loop(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """ownership.py `_take_submission`: a submission whose run cannot start fails alone;
-    cluster.py `_guarded`: a loop whose server refuses it says why and tries again."""
+    """leased.py `take_submission`: a submission whose run cannot start fails alone;
+    intake.py `_guarded`: a loop whose server refuses it says why and tries again."""
     import nats
 
     from fisk_sm.journal.jetstream_stream import init_stream
@@ -470,6 +470,7 @@ async def test_cluster_start_failure_and_a_failing_loop(
         config = _agent(tmp_path, api, "catch_tools_cluster", broken)
         settings = ClusterSettings(url, "sup-t", lease_ttl=5.0, heartbeat=0.2)
         async with cluster(config, settings) as sup:
+            assert type(sup) is Supervisor  # a member is a plain Host, given its parts
             try:
                 run_id = (await sup.submit("go")).entry.run_id
                 failed = await _until(
@@ -559,20 +560,21 @@ def test_an_unexpected_error_in_a_route_is_a_500_and_logged(
 async def test_the_mirrors_stop_on_a_closed_connection_and_name_a_dead_follower(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """lease.py `stop_following`, shared_desk.py `_delete`: a connection closed first is named
+    """lease.py `stop_following`, approvals.py `_delete`: a connection closed first is named
     (the watcher's stop, a delete, fail with it); a follower that died of a bug is raised."""
     import nats
     from nats.js.api import KeyValueConfig
 
+    from fisk_sm.supervisor.cluster.approvals import ApprovalsMirror
     from fisk_sm.supervisor.cluster.lease import LeaseValue, LeaseView
-    from fisk_sm.supervisor.host.shared_desk import SharedDesk
 
     with natskit.nats_server(tmp_path) as url:
         nc = await nats.connect(url)
         js = nc.jetstream()
         leases = await js.create_key_value(KeyValueConfig(bucket="leases", history=1))
         view = LeaseView(leases)
-        desk = SharedDesk(await js.create_key_value(KeyValueConfig(bucket="asks", history=1)), "s")
+        kv = await js.create_key_value(KeyValueConfig(bucket="asks", history=1))
+        desk = ApprovalsMirror(kv, "s")
         await view.start()
         await desk.start()
         await desk.kv.put("r1.toolu_01", b"{}")

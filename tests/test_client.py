@@ -61,7 +61,9 @@ def api() -> Iterator[FakeMessagesAPI]:
 
 @pytest.fixture(scope="module")
 def sup(api: FakeMessagesAPI, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Supervisor]:
-    with Supervisor(tmp_path_factory.mktemp("client"), api) as supervisor:
+    # one process: `replayed` reads a run's events from a lone supervisor's buffer, which holds
+    # every event; workers send theirs only once someone reads (test_supervisor_workers.py)
+    with Supervisor(tmp_path_factory.mktemp("client"), api, args=("--workers", "0")) as supervisor:
         yield supervisor
     assert supervisor.process is not None and supervisor.process.returncode == 0
 

@@ -197,3 +197,31 @@ def test_no_supervisor_module_passes_400_lines() -> None:
         if (lines := len(module.read_text().splitlines())) > MAX_LINES
     }
     assert long == {}
+
+
+#: The host and its desk, which a part is given to, never a subclass of (a NATS member is a
+#: plain `Host` with a `LeaseOwnership`, a `QueueIntake` and a book with the other members'
+#: rows; its desk is given the cluster's `ApprovalsMirror`).
+COMPOSED = ("fisk_sm.supervisor.host.host:Host", "fisk_sm.supervisor.host.desk:ApprovalDesk")
+
+
+def test_no_class_of_the_supervisor_subclasses_the_host_or_its_desk() -> None:
+    """A part is given to the host (tests/test_catch_alls.py checks a cluster member is a
+    `Host`): every module of fisk_sm/supervisor imported, no class in it extends `COMPOSED`."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import fisk_sm.supervisor
+
+    bases = []
+    for spec in COMPOSED:
+        module, name = spec.split(":")
+        bases.append(getattr(importlib.import_module(module), name))
+    found = set()
+    prefix = fisk_sm.supervisor.__name__ + "."
+    for info in pkgutil.walk_packages(fisk_sm.supervisor.__path__, prefix):
+        for _, cls in inspect.getmembers(importlib.import_module(info.name), inspect.isclass):
+            if any(issubclass(cls, base) and cls is not base for base in bases):
+                found.add(f"{cls.__module__}.{cls.__qualname__}")
+    assert found == set()

@@ -153,6 +153,31 @@ def test_one_event_stream_with_increasing_ids(tmp_path: Path) -> None:
     assert {pid for _, pid in starts(sup.effects)} == set(sup.pids.values())
 
 
+def test_a_replay_from_before_anyone_read_is_a_gap_not_a_wait(tmp_path: Path) -> None:
+    """The workers send events up only once someone reads: a reader resuming from an id of
+    before that is told to reload (EventsGap), where a lone supervisor replays its buffer."""
+    from fisk_sm.client import Client
+    from fisk_sm.client.records import EventsGap
+
+    with (
+        FakeMessagesAPI(conversations={"q0": note_turns("q0")}) as api,
+        Workers(tmp_path, api) as sup,
+    ):
+        run_id = sup.submit("q0")
+        sup.wait_all(1)
+        with Client(sup.url) as client:
+            stream = client.events(last_event_id="0-0")
+            other_boot = next(stream)
+            stream.close()
+            assert isinstance(other_boot, EventsGap) and other_boot.id
+            boot = other_boot.id.split("-")[0]
+            stream = client.events(run=run_id, last_event_id=f"{boot}-0")
+            first = next(stream)
+            stream.close()
+    assert isinstance(first, EventsGap), first
+    assert first.reason == "events from before anyone read the stream were not kept: reload"
+
+
 def test_a_worker_killed_mid_tool_has_its_runs_finished_by_the_other(tmp_path: Path) -> None:
     prompts = [f"k{i:02d}" for i in range(20)]
     with (

@@ -6,11 +6,11 @@ A request walks down, never back up:
   host/       implements HostControl: LocalControl (host/control.py) over the Host that drives
               the runs in this process (host/host.py: slots, parking at the desk, suspend, resume,
               shutdown, adopt), which owns them through host/ownership.py (the registry and the
-              sessions' locks). A NATS member is a Host subclass for now (host/member.py,
-              host/leased.py: leases, takeovers; host/shared_desk.py: approvals in a KV bucket).
+              sessions' locks). A NATS member is a plain Host given parts (host/cluster_setup.py:
+              host/leased.py owns by lease, host/intake.py pulls the work queue).
   view/       the read model the host keeps (view/book.py's RunBook): each run's row, listings,
               the event hub; view/cluster_rows.py: the rows of other members' runs.
-  cluster/    NATS parts the host uses: the work queue, the leases.
+  cluster/    NATS parts the host uses: the work queue, the leases, the approvals mirror.
 Events go up only as data: a run's sink -> view/hub.py -> the API's stream. interface.py,
 errors.py and confine.py are shared by every part; tests/test_layers.py holds the order.
 Importing this package is cheap: each name below is imported when first looked up.

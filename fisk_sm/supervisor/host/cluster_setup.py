@@ -1,4 +1,7 @@
-"""Connecting a `ClusterSupervisor`: one NATS connection, the session stream, the buckets.
+"""Building a cluster member: a `Host` on one NATS connection, the session stream, the buckets,
+owning its runs by lease (`LeaseOwnership`), taking them in from the work queue and expired
+leases (`QueueIntake`), its approvals mirrored from the bucket (`ApprovalsMirror`, which its desk
+uses) and its book showing every member's runs (`RemoteRuns`).
 
 The session stream must exist (`fisk-sm session init-stream`, REFERENCE §3.6: it is bound to
 and checked, never created here). The supervisors' own stream and buckets are created when
@@ -23,15 +26,20 @@ from fisk_sm.config.harness import SessionOptions
 from fisk_sm.journal.jetstream import JetStreamStore
 from fisk_sm.journal.jetstream_stream import connect_nats
 from fisk_sm.loop.harness import RunOptions
-from fisk_sm.supervisor.cluster.lease import Leases
+from fisk_sm.supervisor.cluster.approvals import ApprovalsMirror
+from fisk_sm.supervisor.cluster.lease import Leases, LeaseView
 from fisk_sm.supervisor.cluster.workqueue import (
     DEFAULT_QUEUE_STREAM,
     DEFAULT_QUEUE_SUBJECT,
     WorkQueue,
 )
 from fisk_sm.supervisor.confine import ConfigDirs
-from fisk_sm.supervisor.host.member import ClusterSupervisor
-from fisk_sm.supervisor.host.shared_desk import SharedDesk
+from fisk_sm.supervisor.host.host import Host
+from fisk_sm.supervisor.host.intake import QueueIntake
+from fisk_sm.supervisor.host.leased import LeaseOwnership
+from fisk_sm.supervisor.view.book import RunBook
+from fisk_sm.supervisor.view.cluster_rows import RemoteRuns
+from fisk_sm.supervisor.view.hub import EventHub
 
 __all__ = ["ClusterSettings", "cluster"]
 
@@ -83,9 +91,9 @@ async def cluster(
     settings: ClusterSettings,
     options: RunOptions | None = None,
     config_dirs: ConfigDirs | None = None,
-) -> AsyncIterator[ClusterSupervisor]:
-    """A started `ClusterSupervisor` on one connection to `settings.url`, closed on exit
-    (after its `shutdown`, which the caller does); its run configs confined to `config_dirs`."""
+) -> AsyncIterator[Host]:
+    """A started member's `Host` on one connection to `settings.url`, closed on exit (after
+    its `shutdown`, which the caller does); its run configs confined to `config_dirs`."""
     nc = await connect_nats(settings.url, settings.timeout)
     try:
         store = await JetStreamStore.connect(
@@ -96,25 +104,26 @@ async def cluster(
             seconds=settings.timeout,
         )
         js = nc.jetstream(timeout=settings.timeout)
-        leases = Leases(
-            await _bucket(js, settings.lease_bucket), settings.owner, settings.lease_ttl
-        )
-        desk = SharedDesk(await _bucket(js, settings.approval_bucket), settings.owner)
+        lease_kv = await _bucket(js, settings.lease_bucket)
+        leases = Leases(lease_kv, settings.owner, settings.lease_ttl)
+        mirror = ApprovalsMirror(await _bucket(js, settings.approval_bucket), settings.owner)
         ack_wait = max(2 * settings.lease_ttl, MIN_ACK_WAIT)
         queue = WorkQueue(js, settings.queue_stream, settings.queue_subject, ack_wait=ack_wait)
-        supervisor = ClusterSupervisor(
+        remote = RemoteRuns(store, LeaseView(lease_kv), config, mirror)
+        book = RunBook(EventHub(), store, remote)
+        ownership = LeaseOwnership(leases, store, mirror, book, remote)
+        host = Host(
             config,
             store,
-            queue=queue,
-            leases=leases,
-            desk=desk,
-            heartbeat=settings.heartbeat,
             concurrency=settings.concurrency,
             options=options,
+            config_dirs=config_dirs,  # a takeover loads configs too
+            ownership=ownership,
+            intake=QueueIntake(queue, ownership, settings.heartbeat),
+            book=book,
         )
-        supervisor.config_dirs = config_dirs  # before start: a takeover loads configs too
-        await supervisor.start()
-        yield supervisor
+        await host.start()
+        yield host
     finally:
         # A connection that broke with data unsent fails its close: it is gone all the same,
         # and what ended the block (if anything) is the error to see.

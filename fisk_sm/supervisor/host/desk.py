@@ -15,6 +15,10 @@ again after a suspend cut the wait between the answer and its journal record. A 
 by a suspend with no answer given leaves nothing behind: the request stays pending in the
 journal, not on the desk.
 
+A cluster member's desk is given the cluster's `ApprovalsMirror` (`shared`): a question goes to
+the bucket too (where an answer given already is found), and an answer any member writes there
+is handed to the run waiting here.
+
 The other questions a prompter is asked (the `ask_human_*` tools, crash policy `ask`) have no
 operator here: they raise `PromptError`, which the tools report to the model.
 """
@@ -23,11 +27,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING
 
 from fisk_sm.client.records import Approval as PendingApproval
 from fisk_sm.journal.records import ApprovalAnswered, Record
 from fisk_sm.operator.prompter import Approval, ApprovalRequest, PromptError
 from fisk_sm.supervisor.errors import AlreadyAnswered
+from fisk_sm.supervisor.interface import Answer
+
+if TYPE_CHECKING:
+    from fisk_sm.supervisor.cluster.approvals import ApprovalsMirror
 
 __all__ = [
     "ANSWERS",
@@ -39,7 +48,11 @@ __all__ = [
 ]
 
 #: The API's answers and what the gate is told.
-ANSWERS = {"once": Approval.ONCE, "always": Approval.ALWAYS, "deny": Approval.NO}
+ANSWERS: dict[Answer, Approval] = {
+    "once": Approval.ONCE,
+    "always": Approval.ALWAYS,
+    "deny": Approval.NO,
+}
 #: The API's name of each answer.
 NAMES = {value: name for name, value in ANSWERS.items()}
 
@@ -56,7 +69,16 @@ def journaled_answer(records: Sequence[Record], tool_use_id: str) -> str | None:
 class ApprovalDesk:
     """The pending approvals of every run, and the answer each approval was given first."""
 
-    def __init__(self, on_change: Callable[[str], None] = lambda run_id: None) -> None:
+    def __init__(
+        self,
+        on_change: Callable[[str], None] = lambda run_id: None,
+        shared: ApprovalsMirror | None = None,
+    ) -> None:
+        self.shared = shared
+        if shared is not None:
+            shared.on_answer = lambda run_id, tool_use_id, name: self.answer(
+                run_id, tool_use_id, ANSWERS[name]
+            )
         self._waiting: dict[tuple[str, str], tuple[PendingApproval, asyncio.Future[Approval]]] = {}
         self._claims: dict[tuple[str, str], Approval] = {}
         self._on_change = on_change
@@ -97,7 +119,7 @@ class ApprovalDesk:
         """`AlreadyAnswered` if the approval has an answer: claimed here (unless `own`: the
         claim is the caller's), or in the run's journal."""
         given = None if own else self._claims.get((run_id, tool_use_id))
-        found = NAMES[given] if given is not None else None
+        found: str | None = NAMES[given] if given is not None else None
         if found is None:
             found = journaled_answer(await records_of(run_id), tool_use_id)
         if found is not None:
@@ -122,6 +144,10 @@ class ApprovalDesk:
     async def ask(self, request: PendingApproval) -> Approval:
         """Wait for the answer to `request` (at once if it was given already)."""
         key = (request.run_id, request.tool_use_id)
+        if self.shared is not None:
+            found = await self.shared.ask_shared(request)
+            if found is not None:  # answered in the bucket already
+                self.settle(request.run_id, request.tool_use_id, ANSWERS[found])
         given = self._claims.get(key)
         if given is not None:
             return given

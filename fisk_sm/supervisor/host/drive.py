@@ -1,10 +1,10 @@
 """`drive`: the task that steps one run of a host to its end, and what its end leaves behind.
 
-A run steps one transition at a time; only a model request or a tool (`SLOT_STATES`) holds one
-of the host's slots. A suspend-now that finds the run waiting for a slot stops the wait: in
-`call` the run steps without one (the cancelled call is never made, the run ends `suspended`);
-in `execute` the task stops before the tool starts, leaving the journal open there (a resume
-runs the tool).
+A run steps one transition at a time (`Run.advance`: the host never reads a step's report);
+only a model request or a tool (`SLOT_STATES`) holds one of the host's slots. A suspend-now
+that finds the run waiting for a slot stops the wait: in `call` the run steps without one (the
+cancelled call is never made, the run ends `suspended`); in `execute` the task stops before the
+tool starts, leaving the journal open there (a resume runs the tool).
 """
 
 from __future__ import annotations
@@ -30,17 +30,17 @@ async def drive(host: Host, tracked: Tracked, run: Run) -> None:
     try:
         while not run.finished:
             if run.state not in SLOT_STATES:
-                await run.step()
+                await run.advance()
                 continue
             tracked.queued = True
             if await slots.acquire(tracked.stopping):
                 tracked.queued = False
                 try:
-                    await run.step()
+                    await run.advance()
                 finally:
                     slots.release()
             elif run.state == States.CALL:
-                await run.step()  # a cancelled call makes no request: the run suspends
+                await run.advance()  # a cancelled call makes no request: the run suspends
             else:
                 break  # before a tool starts: the journal stays open in `execute`
     # A boundary: this task drives one run of many, so whatever stops it (a failing disk,

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +46,7 @@ from fisk_sm.supervisor.host.control import LocalControl
 from fisk_sm.supervisor.host.desk import ApprovalDesk, DeskPrompter
 from fisk_sm.supervisor.host.drive import drive
 from fisk_sm.supervisor.host.ending import end_chat, post
-from fisk_sm.supervisor.host.ownership import FileOwnership, Ownership
+from fisk_sm.supervisor.host.ownership import FileOwnership, Intake, Ownership
 from fisk_sm.supervisor.host.registry import Registry, RunRegistry
 from fisk_sm.supervisor.host.slots import SLOT_STATES, Slots
 from fisk_sm.supervisor.interface import HostControl
@@ -68,8 +69,8 @@ class Host:
     side, rows, listings and events, is its `book`).
 
     `registry_dir` holds the registry (default: `store.directory / "supervisor"`); a
-    `JetStreamStore` needs a `registry` given (`fisk_sm.supervisor.host.member`), and `ownership`
-    (default: `FileOwnership` of the registry) decides who drives which run. With
+    `JetStreamStore` needs a `registry` or an `ownership` given (a cluster member's: lease,
+    `intake` and `book` parts, `host.cluster_setup`); `ownership` decides who drives a run. With
     `config_dirs`, every config but the host's own is confined to them, on a submit and again
     on a restart or a takeover (the file may have changed since). `hub` carries the runs'
     events (default: a new `EventHub`).
@@ -87,6 +88,8 @@ class Host:
         config_dirs: ConfigDirs | None = None,
         ownership: Ownership | None = None,
         hub: EventHub | None = None,
+        intake: Intake | None = None,
+        book: RunBook | None = None,
     ) -> None:
         self.slots = Slots(concurrency)
         self.config = config
@@ -102,8 +105,9 @@ class Host:
             ownership = FileOwnership(registry)
         self.ownership = ownership
         self.registry = ownership.registry
-        self.book = RunBook(hub or EventHub(), store)
-        self.desk = ApprovalDesk(self.book.changed)
+        self.book = book or RunBook(hub or EventHub(), store)
+        self.desk = ApprovalDesk(self.book.changed, ownership.shared)
+        self.intake = intake
         self._configs: dict[str, AgentConfig] = {}
         self.closing = False
 
@@ -121,6 +125,7 @@ class Host:
 
     async def refresh(self) -> None:
         """Bring the runs of other supervisors up to date (a cluster's; here, nothing)."""
+        await self.book.refresh()
 
     def get(self, run_id: str) -> Tracked:
         """The run `run_id`; `InvalidIdError` for a malformed id, `NotFound` for an unknown."""
@@ -152,7 +157,7 @@ class Host:
 
     def _track(self, entry: RegistryEntry, config: AgentConfig) -> Tracked:
         sink = RunSink(entry.run_id, self.hub, self.book.changed)
-        tracked = Tracked(entry, config, sink)
+        tracked = self.book.tracked(entry, config, sink)
         self.runs[entry.run_id] = tracked
         return tracked
 
@@ -162,6 +167,7 @@ class Host:
         tracked.run, tracked.error, tracked.queued = run, None, True
         tracked.stopping = asyncio.Event()
         tracked.task = asyncio.ensure_future(drive(self, tracked, run))
+        tracked.task.add_done_callback(partial(_let_go, tracked, run))
 
     def _failed(self, tracked: Tracked, exc: Exception) -> None:
         """A step raised: the run stops here, and says why (unless it was lost, not failed)."""
@@ -209,6 +215,8 @@ class Host:
     async def _submit(
         self, prompt: str, name: str | None, config: str | None, *, chat: bool, run_id: str | None
     ) -> Tracked:
+        if self.intake is not None:  # a cluster's: on the work queue
+            return await self.intake.submit(self, prompt, name, config, chat=chat, run_id=run_id)
         refuse_unencodable(prompt, "prompt")  # UnencodableText, a ValueError: HTTP 400
         if self.closing:
             raise Conflict("the supervisor is shutting down")
@@ -257,6 +265,9 @@ class Host:
 
     async def suspend(self, run_id: str) -> Tracked:
         """Suspend a live run now (an operator's: a restart does not resume it)."""
+        await self.refresh()
+        if run_id not in self.runs and (owner := self.ownership.elsewhere(run_id)):
+            raise Conflict(f"run {run_id} is driven by {owner}: suspend it there")
         tracked = self.get(run_id)
         # A run that reached its end is not running, even while its task is still closing.
         if not tracked.live or tracked.run is None or tracked.run.finished:
@@ -272,12 +283,15 @@ class Host:
         return post(self.get(run_id), text)
 
     async def resume(self, run_id: str) -> Tracked:
-        """Resume a suspended or parked run that no task drives."""
+        """Resume a suspended or parked run that no task drives (a cluster's: or failed)."""
+        await self.refresh()
         tracked = self.get(run_id)
         if tracked.live:
             raise Conflict(f"run {run_id} is already running")
-        if tracked.status not in ("suspended", "parked") or self.closing:
+        if tracked.status not in self.ownership.resumable or self.closing:
             raise Conflict(f"run {run_id} cannot be resumed (status {tracked.status})")
+        if await self.ownership.claim(self, run_id):
+            return self.get(run_id)
         await self.registry.mark(RESUMED, run_id)
         self._mark(tracked, RESUMED)
         await self._resume(tracked)
@@ -285,9 +299,12 @@ class Host:
 
     async def abort(self, run_id: str) -> Tracked:
         """Stop a run for good: suspended now if live, never resumed, status `aborted`."""
+        await self.refresh()
         tracked = self.get(run_id)
         if tracked.status in ("aborted", *ENDED):
             raise Conflict(f"run {run_id} has ended (status {tracked.status})")
+        if not tracked.live and await self.ownership.abort(run_id):  # its lease held `aborted`
+            return tracked
         await self.registry.mark(ABORTED, run_id)
         self._mark(tracked, ABORTED)
         if tracked.live:
@@ -296,31 +313,8 @@ class Host:
         return tracked
 
     async def answer(self, run_id: str, tool_use_id: str, approval: Approval) -> Tracked:
-        """Answer a pending approval, once (a later answer: `AlreadyAnswered`); a parked
-        session that no task drives is resumed, and its renewed question finds the answer."""
-        tracked, desk = self.get(run_id), self.desk
-        pending = tracked.approval
-        asked = pending is not None and pending.tool_use_id == tool_use_id
-        if desk.waiting(run_id, tool_use_id) or (asked and tracked.live):
-            desk.claim(run_id, tool_use_id, approval)  # before any await: the first one wins
-            desk.answer(run_id, tool_use_id, approval)  # else the run finds it when it asks
-            return tracked
-        if not asked:  # answered (here, or as its journal says), or never asked
-            await desk.refuse_answered(run_id, tool_use_id, self.records_of)
-            raise NotFound(f"run {run_id} has no pending approval {tool_use_id!r}")
-        if tracked.status != "parked" or self.closing:
-            raise Conflict(f"run {run_id} cannot take an answer (status {tracked.status})")
-        desk.claim(run_id, tool_use_id, approval)
-        try:
-            await desk.refuse_answered(run_id, tool_use_id, self.records_of, own=True)
-            await self.registry.mark(RESUMED, run_id)
-            self._mark(tracked, RESUMED)
-            if not tracked.live:  # an operator's resume may have started it meanwhile
-                await self._resume(tracked)
-        finally:
-            if not tracked.live:  # the answer never reached the run: it is pending again
-                desk.release(run_id, tool_use_id)
-        return tracked
+        """Answer a pending approval, once (a later answer: `AlreadyAnswered`)."""
+        return await self.ownership.answer(self, run_id, tool_use_id, approval)
 
     async def end(self, run_id: str) -> Tracked:
         """Ask a chat to end as `completed` at its (next) prompt (`ending.end_chat`)."""
@@ -340,6 +334,8 @@ class Host:
     async def start(self) -> list[str]:
         """Load the registry; resume the runs a shutdown suspended or whose owner died.
         Returns the ids resumed."""
+        if self.intake is not None:  # a cluster's: its runs come from the queue and the leases
+            await self.intake.start(self)
         entries = await asyncio.to_thread(self.registry.load)
         return await self.adopt(entries.values())
 
@@ -387,7 +383,17 @@ class Host:
         if on_stopped is not None:
             on_stopped()
         self.hub.close()
+        if self.intake is not None:
+            await self.intake.stop()
         return marked
+
+
+def _let_go(tracked: Tracked, run: Run, _: object) -> None:
+    """The task driving `run` is done: its row is the journal's fold from now on (`Tracked`),
+    so the run and all it holds are let go (fewer objects for every later pass of the cyclic
+    collector: a host keeps every run it knows), unless a resume put another in its place."""
+    if tracked.run is run:
+        tracked.run = None
 
 
 #: The public name (`fisk_sm.Supervisor`, `fisk_sm.supervisor.Supervisor`).

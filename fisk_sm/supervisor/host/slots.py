@@ -26,6 +26,9 @@ class Slots:
         """Wait for a slot; False (and no slot) if `stopping` (a suspend-now) stopped the wait."""
         if stopping.is_set():
             return False
+        semaphore = self._semaphore
+        if not semaphore.locked():  # a slot is free: `acquire` takes it without waiting, so
+            return await semaphore.acquire()  # no tasks to race the stop (none can come)
         acquire = asyncio.ensure_future(self._semaphore.acquire())
         stop = asyncio.ensure_future(stopping.wait())
         try:

@@ -6,13 +6,16 @@ its lease gives it (`running` while its owner's lease is live), and every run na
 `owner` and its `name` from the lease bucket (which keeps an ended run's lease, held `ended`,
 for that). `RemoteRuns` keeps those of other supervisors, re-read at most every `MAX_AGE`
 seconds and only when a session has grown (a run's fold is cached until its journal changes),
-plus the runs submitted here that no supervisor has started yet (`queued`).
+plus the runs submitted here that no supervisor has started yet (`queued`); the member's
+`RunBook` is given them (`RunBook(..., remote=RemoteRuns(...))`), and shows every member's
+pending approvals from the cluster's `ApprovalsMirror`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from typing import TYPE_CHECKING, Any
 
 from fisk_sm.config.agent import AgentConfig
 from fisk_sm.config.states import States
@@ -23,6 +26,9 @@ from fisk_sm.supervisor.view.entry import RegistryEntry
 from fisk_sm.supervisor.view.hub import EventHub, RunSink
 from fisk_sm.supervisor.view.tracked import ENDED as ENDED_STATES
 from fisk_sm.supervisor.view.tracked import Tracked
+
+if TYPE_CHECKING:
+    from fisk_sm.supervisor.cluster.approvals import ApprovalsMirror
 
 __all__ = ["MAX_AGE", "ClusterTracked", "NoRegistry", "RemoteRuns", "epoch"]
 
@@ -68,21 +74,20 @@ class ClusterTracked(Tracked):
         """Whether this supervisor drives (or drove) the run."""
         return self.run is not None or self.task is not None
 
-    @property
-    def status(self) -> str:
+    def _status(self, live: bool, state: str) -> str:
         if self.placeholder:
             return "queued"
+        shown = super()._status(live, state)
         if self.here:
-            return super().status
+            return shown
         lease = self.view.leases.get(self.entry.run_id)
-        shown = super().status
         if lease is not None and lease.hold == ABORTED:
             return "aborted"
         if lease is not None and lease.hold == OPERATOR_SUSPENDED and shown == "parked":
             return "suspended"  # as `Tracked.status` says of its own runs
         if shown in ENDED_STATES or lease is None or lease.expired():
             return shown
-        return "parked" if self.state == States.AWAITING_APPROVAL else "running"
+        return "parked" if state == States.AWAITING_APPROVAL else "running"
 
     @property
     def name(self) -> str:
@@ -104,10 +109,13 @@ class ClusterTracked(Tracked):
 class RemoteRuns:
     """The runs of other supervisors, from the store's listing and the lease bucket."""
 
-    def __init__(self, store: JetStreamStore, view: LeaseView, config: AgentConfig) -> None:
+    def __init__(
+        self, store: JetStreamStore, view: LeaseView, config: AgentConfig, mirror: ApprovalsMirror
+    ) -> None:
         self.store = store
         self.view = view
         self.config = config
+        self.mirror = mirror
         self.runs: dict[str, ClusterTracked] = {}
         self._hub = EventHub()  # remote runs publish nothing: a sink needs somewhere to go
         self._read = 0.0
@@ -116,6 +124,14 @@ class RemoteRuns:
     def _tracked(self, entry: RegistryEntry, *, queued: bool = False) -> ClusterTracked:
         sink = RunSink(entry.run_id, self._hub, lambda run_id: None)
         return ClusterTracked(entry, self.config, sink, self.view, queued=queued)
+
+    def local(self, entry: RegistryEntry, config: AgentConfig, sink: RunSink) -> ClusterTracked:
+        """The row of a run this member drives."""
+        return ClusterTracked(entry, config, sink, self.view)
+
+    def approvals(self) -> list[dict[str, Any]]:
+        """Every member's pending approvals, as the API's `Approval` JSON."""
+        return self.mirror.pending_shared()
 
     def queued(self, entry: RegistryEntry) -> ClusterTracked:
         """A run submitted here that no supervisor has started yet."""

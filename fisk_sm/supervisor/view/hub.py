@@ -230,16 +230,18 @@ class EventHub:
         """Number one event, hold it, and send it to every subscriber that wants it: `data`
         (or what the callable builds, once) is encoded once, when a subscriber wants it or a
         resume replays it. Unwatched, only numbered (`skip`)."""
-        if not self.watches(run_id):
+        held = self.held
+        if not (held.maxlen or self.watches(run_id)):
             self.skip()
             return
         self.seq += 1
         event = Held(self.seq, name, run_id, data)
-        if self.held.maxlen:
-            self.held.append(event)
-        for subscriber in tuple(self.subscribers):
-            if subscriber.wants(run_id):
-                subscriber.offer(run_id, event.item())
+        if held.maxlen:
+            held.append(event)
+        if self.subscribers:
+            for subscriber in tuple(self.subscribers):
+                if subscriber.wants(run_id):
+                    subscriber.offer(run_id, event.item())
 
     def skip(self) -> None:
         """An event that nobody may read (`watches` is false): numbered if `numbering` (a

@@ -14,6 +14,7 @@ import asyncio
 import time
 from typing import Any
 
+from fisk_sm.client.records import Tokens
 from fisk_sm.config.agent import AgentConfig
 from fisk_sm.config.states import States
 from fisk_sm.events.usage import Usage
@@ -47,6 +48,7 @@ class Tracked:
         self.stopping = asyncio.Event()  # a suspend-now: stop waiting for a slot
         self.error: str | None = None
         self.announced: str | None = None  # the approval whose park `RunParked` announced
+        self._tokens: tuple[Usage, Tokens] | None = None  # the last row's: a usage, its tokens
 
     @property
     def snapshot(self) -> Snapshot | None:
@@ -72,48 +74,63 @@ class Tracked:
     @property
     def live(self) -> bool:
         """Whether a task drives the run now."""
-        return self.task is not None and not self.task.done()
+        task = self.task
+        return task is not None and not task.done()
 
     @property
     def state(self) -> str:
         """The loop state: the live run's, else the journal's."""
-        if self.live and self.run is not None:
-            return self.run.state
+        return self._state(self.live)
+
+    def _state(self, live: bool) -> str:
+        run = self.run
+        if live and run is not None:
+            return run.state
         if self.folded is not None:
             return self.folded.state
-        return self.run.state if self.run is not None else States.SUSPEND_CHECK
+        return run.state if run is not None else States.SUSPEND_CHECK
 
     @property
     def approval(self) -> PendingApproval | None:
         """The approval the run waits for (live, or as its journal says)."""
-        if self.live and self.run is not None:
+        return self._approval(self.live)
+
+    def _approval(self, live: bool) -> PendingApproval | None:
+        if live and self.run is not None:
             return self.run.data.approval
         return self.folded.approval if self.folded is not None else None
 
     @property
     def status(self) -> str:
         """The API's status of the run (see `fisk_sm.supervisor.interface.STATUSES`)."""
-        state = self.state
+        live = self.live
+        return self._status(live, self._state(live))
+
+    def _status(self, live: bool, state: str) -> str:
+        """`status`, of the run `live` or not, in `state` (each asked once by the caller)."""
         if self.entry.disposition == ABORTED:
             return "aborted"
         if state == States.AWAITING_APPROVAL:
             # an operator's suspend of a parked run: its journal still waits for the answer,
             # but nobody may give it until an operator resumes the run
-            idle = not self.live and self.entry.disposition == OPERATOR_SUSPENDED
+            idle = not live and self.entry.disposition == OPERATOR_SUSPENDED
             return "suspended" if idle else "parked"
-        if state == States.AWAITING_INPUT and self.live:
-            return "waiting"  # a chat waiting for its user's next prompt
-        if self.live and not (self.run is not None and self.run.ended):
-            return "queued" if self.queued else "running"  # until its end is journaled
+        if live:
+            if state == States.AWAITING_INPUT:
+                return "waiting"  # a chat waiting for its user's next prompt
+            run = self.run
+            if not (run is not None and run.ended):
+                return "queued" if self.queued else "running"  # until its end is journaled
         if self.error is not None:
             return "failed"
         return state if state in ENDED else "suspended"
 
     def row(self) -> RunRow:
         """The run's row as it is now (what `to_json` shows; the stream keeps it unencoded)."""
-        run, folded = self.run, self.folded
-        if run is not None and (self.live or folded is None):
-            iteration, usage = run.data.iteration, run.data.usage
+        run, folded, live = self.run, self.folded, self.live
+        if run is not None and (live or folded is None):
+            data = run.data
+            iteration, usage = data.iteration, data.usage
             outcome = run.outcome if run.finished else None
             answer = run.answer()
         elif folded is not None:
@@ -125,20 +142,29 @@ class Tracked:
             )
         else:
             iteration, usage, outcome, answer = 0, Usage(), None, ""
+        state = self._state(live)
+        approval = self._approval(live)
         return RunRow(
             run_id=self.entry.run_id,
             name=self.name,
-            state=self.state,
-            status=self.status,
+            state=state,
+            status=self._status(live, state),
             iteration=iteration,
-            tokens=tokens_of(usage),
+            tokens=self._tokens_of(usage),
             created=self.entry.created,
-            approval=approval_of(self.approval),
+            approval=None if approval is None else approval_of(approval),
             outcome=self.error or outcome,
             answer=answer,
             owner=self.owner,
             at=time.time(),
         )
+
+    def _tokens_of(self, usage: Usage) -> Tokens:
+        # a row per state entered: the usage changes once per model call (both are frozen)
+        seen = self._tokens
+        if seen is None or seen[0] is not usage:
+            seen = self._tokens = (usage, tokens_of(usage))
+        return seen[1]
 
     def to_json(self) -> dict[str, Any]:
         """The API's `Run` object (with `owner` in a cluster), built now."""

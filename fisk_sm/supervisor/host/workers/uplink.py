@@ -13,10 +13,11 @@ out, as a lone supervisor's hub does.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable
 
 from fisk_sm.supervisor.host.workers.frames import Events, Watch
-from fisk_sm.supervisor.interface import Subscription
+from fisk_sm.supervisor.interface import GAP, Subscription, parse_event_id
 from fisk_sm.supervisor.view.hub import BUFFER, Data, EventHub, Subscriber, encode
 
 __all__ = ["FrontHub", "UplinkHub"]
@@ -67,6 +68,10 @@ class FrontHub(EventHub):
         super().__init__(buffer)
         self.on_watch = on_watch
         self.wanted = Watch()
+        #: The seq (never given to an event) where the workers were told to send every event:
+        #: a resume from an id before it would miss what they did not send: a gap note.
+        self.whole_after = 0
+        self._whole = False  # whether every event crosses since `whole_after`
 
     def want(self) -> Watch:
         """What the readers may read: every event once one subscribed while events are held
@@ -79,6 +84,10 @@ class FrontHub(EventHub):
     def _wants_changed(self) -> None:
         wanted = self.want()
         if wanted != self.wanted:
+            if wanted.all:
+                self._hole()
+            else:
+                self._whole = False
             self.wanted = wanted
             if self.on_watch is not None:
                 self.on_watch(wanted)
@@ -88,8 +97,18 @@ class FrontHub(EventHub):
         super().resize(buffer)
         self._wants_changed()
 
+    def _hole(self) -> None:
+        """Every event is sent up from now on: a seq no event gets marks where (once)."""
+        if not self._whole:
+            self._whole = True
+            self.seq += 1
+            self.whole_after = self.seq
+
     def subscribe(self, run_id: str | None = None, after: str | None = None) -> Subscriber:
-        """A new reader (see `EventHub.subscribe`); the workers are told what it wants."""
+        """A new reader (see `EventHub.subscribe`); the workers are told what it wants. A
+        reader that makes every event cross gets ids from after the hole (`_hole`)."""
+        if not self.wanted.all and (self.held.maxlen or run_id is None):
+            self._hole()
         subscriber = super().subscribe(run_id, after)
         self._wants_changed()
         return subscriber
@@ -98,6 +117,16 @@ class FrontHub(EventHub):
         """A reader gone; the workers are told if less crosses now."""
         super().unsubscribe(subscriber)
         self._wants_changed()
+
+    def _replay(self, run_id: str | None, after: str) -> list[tuple[int, str, str]]:
+        """`EventHub._replay`, and a gap note for an id from before every event was sent up
+        (a lone supervisor holds every event; the workers send only what someone watched)."""
+        parsed = parse_event_id(after)
+        if parsed is not None and parsed[0] == self.boot and parsed[1] < self.whole_after:
+            reason = "events from before anyone read the stream were not kept: reload"
+            note = {"type": GAP, "last_event_id": after, "reason": reason}
+            return [(self.seq, GAP, json.dumps(note))]
+        return super()._replay(run_id, after)
 
     def take(self, events: Events) -> None:
         """A worker's events, numbered in the order they came."""

@@ -1,17 +1,17 @@
-"""Parked approvals in a JetStream KV bucket, so that any supervisor can answer them.
+"""Parked approvals in a JetStream KV bucket, so that any member of a cluster can answer them.
 
 The key is `<run_id>.<tool_use_id>`; the value is the API's `Approval` JSON plus `"answer"`
 (null while pending, then `once`, `always` or `deny`). The run's owner puts the question in the
-bucket when the run parks (`SharedDesk.ask`: a create, or an update of the revision it read, so
-never over an answer) and keeps waiting at its own desk, holding no slot. Whichever
-supervisor's API takes the answer writes it into the key by compare-and-swap (`answer_shared`,
-an update of the revision that had none), so of two operators answering at once the first wins
-and the other is told its answer (`AlreadyAnswered`). Every supervisor watches the bucket: the
-owner sees the answer and hands it to its waiting run. The key is deleted once the run ends;
-from then on its journal names the answer. Nobody waiting for it (the owner died, or a shutdown
-suspended the parked run) changes nothing: the answer stays in the bucket, and the supervisor
-that resumes the run (a takeover, or the one that answered, which takes the parked run's lease)
-finds it there when the run asks again.
+bucket when the run parks (`ApprovalsMirror.ask_shared`: a create, or an update of the revision
+it read, so never over an answer) and keeps waiting at its own desk, holding no slot. Whichever
+member's API takes the answer writes it into the key by compare-and-swap (`answer_shared`, an
+update of the revision that had none), so of two operators answering at once the first wins and
+the other is told its answer (`AlreadyAnswered`). Every member follows the bucket: the owner
+sees the answer and hands it to its waiting run (`on_answer`, which the host's desk sets). The
+key is deleted once the run ends; from then on its journal names the answer. Nobody waiting for
+it (the owner died, or a shutdown suspended the parked run) changes nothing: the answer stays
+in the bucket, and the member that resumes the run (a takeover, or the one that answered, which
+takes the parked run's lease) finds it there when the run asks again.
 """
 
 from __future__ import annotations
@@ -26,13 +26,12 @@ from nats.errors import Error as NatsError
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
-from fisk_sm.operator.prompter import Approval
+from fisk_sm.client.records import Approval
 from fisk_sm.supervisor.cluster.lease import stop_following
 from fisk_sm.supervisor.errors import AlreadyAnswered, Conflict
-from fisk_sm.supervisor.host.desk import ANSWERS, NAMES, ApprovalDesk, PendingApproval
-from fisk_sm.supervisor.interface import approval_json
+from fisk_sm.supervisor.interface import ANSWER_NAMES, Answer, approval_json
 
-__all__ = ["TRIES", "AlreadyAnswered", "SharedDesk", "approval_key"]
+__all__ = ["TRIES", "ApprovalsMirror", "approval_key"]
 
 #: How often a compare-and-swap that lost to a write that was no answer is tried again.
 TRIES = 10
@@ -43,17 +42,21 @@ def approval_key(run_id: str, tool_use_id: str) -> str:
     return f"{run_id}.{tool_use_id}"
 
 
-class SharedDesk(ApprovalDesk):
-    """The approval desk of one supervisor of several: the questions are in `kv` too."""
+def _answer(value: dict[str, Any]) -> Answer | None:
+    found = value.get("answer")
+    return next((name for name in ANSWER_NAMES if name == found), None)
 
-    def __init__(
-        self, kv: KeyValue, owner: str, on_change: Callable[[str], None] = lambda r: None
-    ) -> None:
-        super().__init__(on_change)
+
+class ApprovalsMirror:
+    """Every member's approvals, in `kv` and mirrored here; `owner` names this member."""
+
+    def __init__(self, kv: KeyValue, owner: str) -> None:
         self.kv = kv
         self.owner = owner
-        #: Every approval in the bucket (all supervisors'), by key: the watcher's mirror.
+        #: Every approval in the bucket (all members'), by key: the watcher's mirror.
         self.shared: dict[str, dict[str, Any]] = {}
+        #: Told (run_id, tool_use_id, answer) of every answer seen: the desk's relay to its run.
+        self.on_answer: Callable[[str, str, Answer], object] = lambda r, t, a: None
         self._task: asyncio.Task[None] | None = None
         self._watcher: Any = None
         self._ready = asyncio.Event()
@@ -84,14 +87,12 @@ class SharedDesk(ApprovalDesk):
             if not isinstance(value, dict):
                 continue
             self.shared[entry.key] = value
-            approval = ANSWERS.get(str(value.get("answer")))
-            if approval is not None:  # relay to our run, if it waits here
-                ApprovalDesk.answer(
-                    self, str(value.get("run_id")), str(value.get("tool_use_id")), approval
-                )
+            answer = _answer(value)
+            if answer is not None:  # relay to our run, if it waits here
+                self.on_answer(str(value.get("run_id")), str(value.get("tool_use_id")), answer)
 
     def pending_shared(self) -> list[dict[str, Any]]:
-        """Every unanswered approval of every supervisor, as the API's `Approval` JSON."""
+        """Every unanswered approval of every member, as the API's `Approval` JSON."""
         found = [v for v in self.shared.values() if v.get("answer") is None]
         return [{k: v[k] for k in ("run_id", "tool_use_id", "tool", "input", "tag")} for v in found]
 
@@ -104,16 +105,15 @@ class SharedDesk(ApprovalDesk):
             return None
         return (entry.revision or 0, value) if isinstance(value, dict) else None
 
-    async def ask(self, request: PendingApproval) -> Approval:
-        """An answer in the bucket is used at once; otherwise the question goes there (never
-        over an answer written meanwhile) and the run waits at this desk."""
+    async def ask_shared(self, request: Approval) -> Answer | None:
+        """The answer the bucket has for `request` already, else None once the question is
+        there (never written over an answer written meanwhile)."""
         key = approval_key(request.run_id, request.tool_use_id)
         for _ in range(TRIES):
             found = await self._read(key)
-            answer = ANSWERS.get(str(found[1].get("answer"))) if found is not None else None
+            answer = _answer(found[1]) if found is not None else None
             if answer is not None:
-                self.settle(request.run_id, request.tool_use_id, answer)
-                break
+                return answer
             data = json.dumps(
                 {**approval_json(request), "owner": self.owner, "answer": None}
             ).encode()
@@ -125,7 +125,7 @@ class SharedDesk(ApprovalDesk):
                 break
             except KeyWrongLastSequenceError:  # written meanwhile (an answer?): read again
                 continue
-        return await super().ask(request)
+        return None
 
     def drop(self, run_id: str) -> None:
         """The run ended: remove its approvals from the bucket (in the background)."""
@@ -141,8 +141,8 @@ class SharedDesk(ApprovalDesk):
             with contextlib.suppress(NatsError, OSError):
                 await self.kv.delete(key)
 
-    async def answer_shared(self, run_id: str, tool_use_id: str, approval: Approval) -> bool:
-        """Answer in the bucket (any supervisor's run) by compare-and-swap; False if there is no
+    async def answer_shared(self, run_id: str, tool_use_id: str, answer: Answer) -> bool:
+        """Answer in the bucket (any member's run) by compare-and-swap; False if there is no
         such question, `AlreadyAnswered` (naming it) if it has its answer."""
         key = approval_key(run_id, tool_use_id)
         for _ in range(TRIES):
@@ -152,11 +152,11 @@ class SharedDesk(ApprovalDesk):
             revision, value = found
             if value.get("answer") is not None:
                 raise AlreadyAnswered(run_id, tool_use_id, str(value["answer"]))
-            value["answer"] = NAMES[approval]
+            value["answer"] = answer
             try:
                 await self.kv.update(key, json.dumps(value).encode(), last=revision)
             except KeyWrongLastSequenceError:  # written meanwhile: read who won
                 continue
-            ApprovalDesk.answer(self, run_id, tool_use_id, approval)  # ours: no need to wait
+            self.on_answer(run_id, tool_use_id, answer)  # ours: no need to wait
             return True
         raise Conflict(f"approval {tool_use_id} of run {run_id} keeps changing: try again")
