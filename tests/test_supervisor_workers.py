@@ -258,7 +258,9 @@ KILLED = 300
 def test_300_runs_on_two_workers_survive_a_worker_kill_and_a_supervisor_kill(
     tmp_path: Path,
 ) -> None:
-    prompts = [f"kill-{i}" for i in range(KILLED)]
+    # the last runs' tools take 2 s: the front is killed while one is under way, however fast
+    # or slow the machine ran the first half
+    prompts = [f"kill-{i}" for i in range(KILLED - 16)] + [f"kill-slow-{i}" for i in range(16)]
     with FakeMessagesAPI(conversations={p: note_turns(p, turns=2) for p in prompts}) as api:
         sup = Workers(tmp_path, api, sleep=0.2, concurrency=16).start()
         try:
@@ -273,13 +275,19 @@ def test_300_runs_on_two_workers_survive_a_worker_kill_and_a_supervisor_kill(
             sup.stderr.wait_for(f"worker 1 (pid {victim}) died", DEADLINE)
             assert len(set(submitted)) == KILLED
             pool.shutdown()
-            wait_until(
-                lambda: (
-                    [r["status"] for r in sup.runs()].count("completed") >= KILLED // 2
-                    and open_marks(sup.effects)
-                ),
-                "half the runs completed, a tool under way",
-            )
+            seen: list[object] = []
+
+            def half_done_and_a_tool_open() -> set[str] | None:
+                statuses = collections.Counter(r["status"] for r in sup.runs())
+                seen[:] = [dict(statuses), sup.stderr._lines[-4:]]
+                if statuses["completed"] >= KILLED // 2:
+                    return open_marks(sup.effects) or None
+                return None
+
+            try:
+                wait_until(half_done_and_a_tool_open, "half the runs completed, a tool under way")
+            except AssertionError:
+                raise AssertionError(f"runs and stderr when it gave up: {seen}") from None
             assert sup.process is not None
             workers = [sup.worker_pid(0), sup.worker_pid(1, besides=frozenset({victim}))]
             sup.process.kill()  # the whole supervisor, mid-run: its workers die with it

@@ -34,7 +34,7 @@ def _line(text: str) -> None:
 def note(mark: str) -> str:
     """Note a mark (it takes a while)."""
     _line(f"start {{mark}} {{os.getpid()}}")
-    time.sleep({sleep!r})
+    time.sleep({sleep!r} * (10 if "slow" in mark else 1))
     _line(f"end {{mark}}")
     return "noted " + mark
 
@@ -62,7 +62,8 @@ def effects(path: Path) -> list[list[str]]:
 
 class Workers(Supervisor):
     """`fisk-sm supervise --workers N` on a free loopback port; tools `note` (ungated, sleeps
-    `sleep` s between its start and end lines) and `deploy` (gated)."""
+    `sleep` s between its start and end lines, ten times that for a mark with "slow" in it)
+    and `deploy` (gated)."""
 
     def __init__(
         self,
