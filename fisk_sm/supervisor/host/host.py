@@ -286,7 +286,7 @@ class Host:
         """Resume a suspended or parked run that no task drives (a cluster's: or failed)."""
         await self.refresh()
         tracked = self.get(run_id)
-        if tracked.live:
+        if await tracked.driven():
             raise Conflict(f"run {run_id} is already running")
         if tracked.status not in self.ownership.resumable or self.closing:
             raise Conflict(f"run {run_id} cannot be resumed (status {tracked.status})")

@@ -77,6 +77,14 @@ class Tracked:
         task = self.task
         return task is not None and not task.done()
 
+    async def driven(self) -> bool:
+        """Whether a task drives the run, after waiting for one whose run has ended (its end is
+        journaled and shown, and the task is finishing: an operator may resume it next)."""
+        task, run = self.task, self.run
+        if task is not None and not task.done() and run is not None and run.ended:
+            await asyncio.wait({task})
+        return self.live
+
     @property
     def state(self) -> str:
         """The loop state: the live run's, else the journal's."""
