@@ -218,6 +218,10 @@ class EventHub:
             reason = f"{oldest - seq - 1} event(s) after it are no longer held: reload"
         else:
             return [e.item() for e in self.held if e.seq > seq and _wanted(run_id, e.run_id)]
+        return self._gap(after, reason)
+
+    def _gap(self, after: str, reason: str) -> list[Item]:
+        """The gap note a reader resuming after `after` gets instead of the events."""
         note = {"type": GAP, "last_event_id": after, "reason": reason}
         return [(self.seq, GAP, json.dumps(note))]
 

@@ -13,11 +13,10 @@ out, as a lone supervisor's hub does.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable
 
 from fisk_sm.supervisor.host.workers.frames import Events, Watch
-from fisk_sm.supervisor.interface import GAP, Subscription, parse_event_id
+from fisk_sm.supervisor.interface import Subscription, parse_event_id
 from fisk_sm.supervisor.view.hub import BUFFER, Data, EventHub, Subscriber, encode
 
 __all__ = ["FrontHub", "UplinkHub"]
@@ -123,9 +122,9 @@ class FrontHub(EventHub):
         (a lone supervisor holds every event; the workers send only what someone watched)."""
         parsed = parse_event_id(after)
         if parsed is not None and parsed[0] == self.boot and parsed[1] < self.whole_after:
-            reason = "events from before anyone read the stream were not kept: reload"
-            note = {"type": GAP, "last_event_id": after, "reason": reason}
-            return [(self.seq, GAP, json.dumps(note))]
+            return self._gap(
+                after, "events from before anyone read the stream were not kept: reload"
+            )
         return super()._replay(run_id, after)
 
     def take(self, events: Events) -> None:
