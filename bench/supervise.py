@@ -129,12 +129,17 @@ async def tick(n: int) -> int:
 
 def cpu_of(pid: int) -> float:
     """utime + stime of `pid` in seconds (0 if it is gone)."""
+    return sum(times_of(pid))
+
+
+def times_of(pid: int) -> tuple[float, float]:
+    """utime and stime of `pid` in seconds (0 if it is gone)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
-        return 0.0
+        return 0.0, 0.0
     fields = stat.rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
+    return int(fields[11]) / TICKS, int(fields[12]) / TICKS
 
 
 def tree_of(pid: int) -> list[int]:
@@ -260,13 +265,18 @@ class Trial:
         ended(warm, 0.5)
         pids = tree_of(pid)
         before = [cpu_of(p) for p in pids]
+        system0 = sum(times_of(p)[1] for p in pids)
         cpu0 = sum(before)
         begin, wall0 = time.monotonic(), time.time()
+        client0 = time.process_time()
         with ThreadPoolExecutor(8) as pool:
             list(pool.map(submit, range(warm, warm + self.args.runs)))
+        submitted = time.monotonic() - begin
         statuses = ended(warm + self.args.runs, 2.0)
+        client = time.process_time() - client0
         statuses["iterations_exhausted"] -= warm
         after = [cpu_of(p) for p in pids]
+        system = sum(times_of(p)[1] for p in pids) - system0
         cpu = sum(after) - cpu0
         spent = zip(after, before, strict=True)
         shares = [round((a - b) / self.args.runs * 1e3, 2) for a, b in spent]
@@ -289,6 +299,9 @@ class Trial:
             "stall": worst,
             "processes": len(pids),
             "cpu_ms_run_by_process": shares,  # the front first
+            "system_ms_run": round(system / self.args.runs * 1e3, 2),  # the kernel's share
+            "client_ms_run": round(client / self.args.runs * 1e3, 2),  # this bench's submits
+            "submit_s": round(submitted, 3),  # the last submit's answer, from the first's start
             "statuses": statuses,
         }
 

@@ -231,6 +231,30 @@ def test_second_create_is_refused(store: FileStore) -> None:
         assert journal.last_seq == 2
 
 
+@pytest.mark.parametrize("left", [b"", b'{"kind": "meta", "seq": 1, "run_'])
+def test_a_create_a_crash_cut_short_is_made_again(store: FileStore, left: bytes) -> None:
+    # a process killed between creating the journal and making its meta record durable leaves
+    # an empty or torn file: nothing of it was acknowledged, so a create (a resent submit's)
+    # makes the session, where it used to be refused and the run listed as failed for good
+    store.ensure_directory()
+    store.path("abc").write_bytes(left)
+    with store.create(meta()) as journal:
+        assert journal.last_seq == 1
+    assert store.path("abc").read_bytes() == lines(meta())
+    assert stat.S_IMODE(store.path("abc").stat().st_mode) == 0o600
+    with store.open("abc") as journal:
+        assert journal.last_seq == 1
+
+
+def test_a_journal_with_a_whole_record_is_never_made_again(store: FileStore) -> None:
+    store.ensure_directory()
+    store.path("abc").write_bytes(lines(meta()) + b'{"kind": "us')  # a torn second record
+    before = store.path("abc").read_bytes()
+    with pytest.raises(SessionExistsError, match="'abc'"):
+        store.create(meta())
+    assert store.path("abc").read_bytes() == before
+
+
 def test_missing_sessions(store: FileStore) -> None:
     for call in (store.open, store.load, store.delete):
         with pytest.raises(SessionNotFoundError, match="session 'nope' not found"):

@@ -134,6 +134,34 @@ def _errors(path: Path, run_id: str = "") -> Iterator[None]:
 _T = TypeVar("_T")
 
 
+def _unfinished(path: Path) -> bool:
+    """Whether the journal at `path` holds no whole record: the file of a create that a crash
+    cut short before its meta record was durable (nothing in it was ever acknowledged)."""
+    try:
+        fd = open_regular(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        return b"\n" not in read_all(fd)
+    finally:
+        os.close(fd)
+
+
+def _reopen_unfinished(path: Path) -> int | None:
+    """`path` opened for appending and emptied if it holds no whole record (`_unfinished`);
+    None, and the file untouched, if it has one. Call it holding the session's lock."""
+    fd = open_regular(path, os.O_RDWR | os.O_APPEND)
+    try:
+        if b"\n" in read_all(fd):
+            os.close(fd)
+            return None
+        os.ftruncate(fd, 0)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 async def _off_loop(opener: Callable[[_T], FileJournal], arg: _T) -> FileJournal:
     """`opener(arg)` in a worker thread; should the caller be cancelled meanwhile, the journal
     it opened is closed when the thread is done, so its lock is not held forever."""
@@ -226,8 +254,9 @@ class FileStore:
         if meta.seq != 1:
             raise ValueError(f"session '{run_id}': meta must have seq 1, got {meta.seq}")
         path = self.path(run_id)
-        if os.path.lexists(path):
-            raise SessionExistsError(f"session '{run_id}' already exists: {path}")
+        exists = SessionExistsError(f"session '{run_id}' already exists: {path}")
+        if os.path.lexists(path) and not _unfinished(path):
+            raise exists
         with _errors(path), contextlib.ExitStack() as undo:
             self.ensure_directory()
             lock_fd = self._lock(run_id)
@@ -235,7 +264,10 @@ class FileStore:
             try:
                 fd = open_regular(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND)
             except FileExistsError:
-                raise SessionExistsError(f"session '{run_id}' already exists: {path}") from None
+                reopened = _reopen_unfinished(path)  # under the lock: one cut short is redone
+                if reopened is None:
+                    raise exists from None
+                fd = reopened
             undo.callback(os.close, fd)
             undo.callback(path.unlink, missing_ok=True)  # a failed create leaves nothing behind
             os.fchmod(fd, 0o600)  # the umask may have taken bits off

@@ -21,7 +21,7 @@ from fisk_sm.supervisor.view.tracked import Tracked
 if TYPE_CHECKING:
     from fisk_sm.supervisor.host.host import Host
 
-__all__ = ["drive"]
+__all__ = ["drive", "let_go"]
 
 
 async def drive(host: Host, tracked: Tracked, run: Run) -> None:
@@ -61,3 +61,11 @@ async def drive(host: Host, tracked: Tracked, run: Run) -> None:
         tracked.queued = False
         await host._stopped(tracked, run)
         host.book.changed(run.data.run_id)
+
+
+def let_go(tracked: Tracked, run: Run, _: object) -> None:
+    """The task driving `run` is done: its row is the journal's fold from now on (`Tracked`),
+    so the run and all it holds are let go (fewer objects for every later pass of the cyclic
+    collector: a host keeps every run it knows), unless a resume put another in its place."""
+    if tracked.run is run:
+        tracked.run = None

@@ -19,6 +19,7 @@ The read side (rows, listings, events) is the host's `book` (`fisk_sm.supervisor
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Iterable
 from functools import partial
 from pathlib import Path
@@ -31,7 +32,7 @@ from fisk_sm.config.errors import one_line
 from fisk_sm.config.text import refuse_unencodable
 from fisk_sm.events.types import Fanout
 from fisk_sm.journal.base import JournalError
-from fisk_sm.journal.filestore import FileStore, SessionExistsError
+from fisk_sm.journal.filestore import FileStore
 from fisk_sm.journal.jetstream import JetStreamStore
 from fisk_sm.journal.records import Record
 from fisk_sm.loop.actions import Inbox
@@ -44,11 +45,12 @@ from fisk_sm.supervisor.confine import ConfigDirs
 from fisk_sm.supervisor.errors import Conflict, NotFound
 from fisk_sm.supervisor.host.control import LocalControl
 from fisk_sm.supervisor.host.desk import ApprovalDesk, DeskPrompter
-from fisk_sm.supervisor.host.drive import drive
+from fisk_sm.supervisor.host.drive import drive, let_go
 from fisk_sm.supervisor.host.ending import end_chat, post
 from fisk_sm.supervisor.host.ownership import FileOwnership, Intake, Ownership
 from fisk_sm.supervisor.host.registry import Registry, RunRegistry
 from fisk_sm.supervisor.host.slots import SLOT_STATES, Slots
+from fisk_sm.supervisor.host.starting import recorded_start
 from fisk_sm.supervisor.interface import HostControl
 from fisk_sm.supervisor.view.book import Leftover, RunBook, resumes
 from fisk_sm.supervisor.view.entry import (
@@ -167,7 +169,7 @@ class Host:
         tracked.run, tracked.error, tracked.queued = run, None, True
         tracked.stopping = asyncio.Event()
         tracked.task = asyncio.ensure_future(drive(self, tracked, run))
-        tracked.task.add_done_callback(partial(_let_go, tracked, run))
+        tracked.task.add_done_callback(partial(let_go, tracked, run))
 
     def _failed(self, tracked: Tracked, exc: Exception) -> None:
         """A step raised: the run stops here, and says why (unless it was lost, not failed)."""
@@ -226,19 +228,20 @@ class Host:
         agent = await self._config(config or "")
         run_id = run_id or new_run_id()
         config_path = str(agent.path) if agent.path is not None else ""
-        entry = await self.registry.submitted(run_id, name or run_id, config_path)
-        tracked = self._track(entry, agent)
-        try:
-            options = self._options(run_id, tracked.sink)
-            run = await start_session(agent, prompt, self.store, options, run_id=run_id, chat=chat)
-        except SessionExistsError:  # started by a host that died since: its journal goes on
-            del self.runs[run_id]
-            await self.adopt([entry])
-            return self.get(run_id)
+        tracked = self._track(
+            RegistryEntry(run_id, name or run_id, config_path, time.time()), agent
+        )
+        options = self._options(run_id, tracked.sink)
+        start = start_session(agent, prompt, self.store, options, run_id=run_id, chat=chat)
+        try:  # the registry's line and the session at once (`starting`)
+            tracked.entry, run = await recorded_start(self.registry, tracked.entry, start)
         except BaseException:
             del self.runs[run_id]
-            await self.registry.mark(ABORTED, run_id)
             raise
+        if run is None:  # started by a host that died since: its journal goes on
+            del self.runs[run_id]
+            await self.adopt([tracked.entry])
+            return self.get(run_id)
         self._launch(tracked, run)
         self.book.publish("RunSubmitted", tracked)
         return tracked
@@ -386,14 +389,6 @@ class Host:
         if self.intake is not None:
             await self.intake.stop()
         return marked
-
-
-def _let_go(tracked: Tracked, run: Run, _: object) -> None:
-    """The task driving `run` is done: its row is the journal's fold from now on (`Tracked`),
-    so the run and all it holds are let go (fewer objects for every later pass of the cyclic
-    collector: a host keeps every run it knows), unless a resume put another in its place."""
-    if tracked.run is run:
-        tracked.run = None
 
 
 #: The public name (`fisk_sm.Supervisor`, `fisk_sm.supervisor.Supervisor`).
