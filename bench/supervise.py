@@ -65,9 +65,6 @@ HOOK = """
 import asyncio, os, time
 
 def _install():
-    if os.environ.get("FISK_SM_BENCH_UVLOOP"):
-        import uvloop
-        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     stalls = os.environ.get("FISK_SM_BENCH_STALLS")
     latency = os.environ.get("FISK_SM_BENCH_LATENCY")
     if not stalls:
@@ -191,8 +188,6 @@ class Trial:
         env["PYTHONPATH"] = f"{self.root / 'hook'}:{self.tree}"
         env["ANTHROPIC_API_KEY"] = "bench"
         env["FISK_SM_BENCH_STALLS"] = str(self.root / "stalls")
-        if self.args.uvloop and self.new:
-            env["FISK_SM_BENCH_UVLOOP"] = "1"
         if self.model == "in-process":
             env["FISK_SM_BENCH_LATENCY"] = str(self.args.latency)
         process = subprocess.Popen(
@@ -388,7 +383,6 @@ def main() -> int:
         metavar="DIR",
         help="record the new side with py-spy (on PATH) into DIR/<model>.txt (figures skewed)",
     )
-    parser.add_argument("--uvloop", action="store_true", help="the new side on uvloop (a trial)")
     parser.add_argument("--old-commit", default="dd8b2d4", help="the baseline (default dd8b2d4)")
     parser.add_argument("--new-tree", type=Path, help="measure this checkout (default: this one)")
     args = parser.parse_args()
