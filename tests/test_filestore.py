@@ -231,13 +231,12 @@ def test_second_create_is_refused(store: FileStore) -> None:
         assert journal.last_seq == 2
 
 
-@pytest.mark.parametrize("left", [b"", b'{"kind": "meta", "seq": 1, "run_'])
-def test_a_create_a_crash_cut_short_is_made_again(store: FileStore, left: bytes) -> None:
-    # a process killed between creating the journal and making its meta record durable leaves
-    # an empty or torn file: nothing of it was acknowledged, so a create (a resent submit's)
-    # makes the session, where it used to be refused and the run listed as failed for good
+def test_an_empty_journal_a_crash_left_is_made_again(store: FileStore) -> None:
+    # a process killed between creating the journal and writing its meta record leaves an empty
+    # file: nothing of it was acknowledged, so a create (a resent submit's) makes the session,
+    # where it used to be refused and the run listed as failed for good
     store.ensure_directory()
-    store.path("abc").write_bytes(left)
+    store.path("abc").write_bytes(b"")
     with store.create(meta()) as journal:
         assert journal.last_seq == 1
     assert store.path("abc").read_bytes() == lines(meta())
@@ -246,13 +245,20 @@ def test_a_create_a_crash_cut_short_is_made_again(store: FileStore, left: bytes)
         assert journal.last_seq == 1
 
 
-def test_a_journal_with_a_whole_record_is_never_made_again(store: FileStore) -> None:
+@pytest.mark.parametrize(
+    "held",
+    [
+        lines(meta()) + b'{"kind": "us',  # a whole record and a torn one
+        b'{"kind": "meta", "seq": 1, "run_',  # half a line
+        b'{"another": "program"}',  # another program's JSON, no newline
+    ],
+)
+def test_a_journal_that_is_not_empty_is_never_made_again(store: FileStore, held: bytes) -> None:
     store.ensure_directory()
-    store.path("abc").write_bytes(lines(meta()) + b'{"kind": "us')  # a torn second record
-    before = store.path("abc").read_bytes()
+    store.path("abc").write_bytes(held)
     with pytest.raises(SessionExistsError, match="'abc'"):
         store.create(meta())
-    assert store.path("abc").read_bytes() == before
+    assert store.path("abc").read_bytes() == held
 
 
 def test_missing_sessions(store: FileStore) -> None:

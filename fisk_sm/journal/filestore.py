@@ -18,6 +18,7 @@ import builtins
 import contextlib
 import fcntl
 import os
+import stat
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -135,31 +136,25 @@ _T = TypeVar("_T")
 
 
 def _unfinished(path: Path) -> bool:
-    """Whether the journal at `path` holds no whole record: the file of a create that a crash
-    cut short before its meta record was durable (nothing in it was ever acknowledged)."""
+    """Whether the journal at `path` is an empty regular file: what a create leaves when its
+    process is killed between making the file and writing its meta record (one small write,
+    whole or not at all), so nothing in it was ever acknowledged. Anything else, half a line
+    included, may be another program's and is never taken over."""
     try:
-        fd = open_regular(path, os.O_RDONLY)
+        info = path.lstat()
     except OSError:
         return False
-    try:
-        return b"\n" not in read_all(fd)
-    finally:
-        os.close(fd)
+    return stat.S_ISREG(info.st_mode) and info.st_size == 0
 
 
 def _reopen_unfinished(path: Path) -> int | None:
-    """`path` opened for appending and emptied if it holds no whole record (`_unfinished`);
-    None, and the file untouched, if it has one. Call it holding the session's lock."""
-    fd = open_regular(path, os.O_RDWR | os.O_APPEND)
-    try:
-        if b"\n" in read_all(fd):
-            os.close(fd)
-            return None
-        os.ftruncate(fd, 0)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+    """`path` opened for appending if it is still empty (`_unfinished`); None, and the file
+    untouched, if it is not. Call it holding the session's lock."""
+    fd = open_regular(path, os.O_WRONLY | os.O_APPEND)
+    if os.fstat(fd).st_size == 0:
+        return fd
+    os.close(fd)
+    return None
 
 
 async def _off_loop(opener: Callable[[_T], FileJournal], arg: _T) -> FileJournal:
