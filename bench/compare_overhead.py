@@ -23,6 +23,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,13 @@ def working_tree_name() -> str:
     return f"working tree (HEAD {head}{' + uncommitted changes' if changed else ''})"
 
 
+def side_names(args: argparse.Namespace, old_tree: Path) -> dict[str, str]:
+    """Export `args.old_commit` into `old_tree`; the names of the sides: old, and new (the tree
+    at `args.new_tree`, else the working tree)."""
+    new = f"the tree at {args.new_tree}" if args.new_tree else working_tree_name()
+    return {"old": export(args.old_commit, old_tree), "new": new}
+
+
 def run_side(tree: Path, iterations: int, repeats: int) -> list[float]:
     """One process timing fisk-sm against `tree`'s fisk_sm: its per-iteration samples."""
     argv = ["--child", "--iterations", str(iterations), "--repeats", str(repeats)]
@@ -88,6 +96,40 @@ def child_report(script: Path, tree: Path, argv: list[str]) -> dict[str, Any]:
     if not measured.is_relative_to(tree.resolve()):  # an installed fisk_sm came first
         raise CompareError(f"measured {measured}, not the fisk_sm of {tree}")
     return report
+
+
+def sides_parser(doc: str, unit: str) -> argparse.ArgumentParser:
+    """The options of a bench that measures an old commit and this tree, `--repeat` processes a
+    `unit` (a model, a mode) and side (bench/model_call.py, bench/supervisor_events.py)."""
+    parser = argparse.ArgumentParser(description=doc.split("\n", 1)[0])
+    parser.add_argument("--runs", type=int, default=1000, help="runs a process (default 1000)")
+    parser.add_argument("--calls", type=int, default=3, help="model calls per run (default 3)")
+    parser.add_argument("--latency", type=float, default=0.05, help="seconds per reply")
+    parser.add_argument("--repeat", type=int, default=3, help=f"processes a {unit} and side")
+    parser.add_argument("--old-commit", default="dd8b2d4", help="the baseline (default dd8b2d4)")
+    parser.add_argument(
+        "--new-tree", type=Path, help="measure the fisk_sm of this checkout (default: this one)"
+    )
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    return parser
+
+
+def run_sides(
+    script: str,
+    args: argparse.Namespace,
+    child: Callable[[argparse.Namespace], None],
+    compare: Callable[[argparse.Namespace], None],
+) -> int:
+    """A side's process (`--child`: `child`) or the comparison (`compare`); the exit status."""
+    if args.child:
+        child(args)
+        return 0
+    try:
+        compare(args)
+    except CompareError as exc:
+        print(f"{script}: {exc}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def compare(rev: str, runs: int, iterations: int, repeats: int) -> None:
@@ -162,16 +204,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main() -> int:
-    args = parse_args()
-    if args.child:
-        child(args.iterations, args.repeats)
-        return 0
-    try:
-        compare(args.rev, args.runs, args.iterations, args.repeats)
-    except CompareError as exc:
-        print(f"compare_overhead.py: {exc}", file=sys.stderr)
-        return 1
-    return 0
+    return run_sides(
+        "compare_overhead.py",
+        parse_args(),
+        lambda args: child(args.iterations, args.repeats),
+        lambda args: compare(args.rev, args.runs, args.iterations, args.repeats),
+    )
 
 
 if __name__ == "__main__":

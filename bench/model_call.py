@@ -46,7 +46,7 @@ from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
-from compare_overhead import CompareError, child_report, export, working_tree_name  # noqa: E402
+from compare_overhead import child_report, run_sides, side_names, sides_parser  # noqa: E402
 
 MODELS = ("SDK", "in-process")
 #: The sides of each model: (name, tree, calls through `messages.create` only).
@@ -111,8 +111,7 @@ def compare(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="fisk-sm-compare-") as tmp:
         new_tree = args.new_tree or BENCH.parent
         trees = {"old": Path(tmp), "create": new_tree, "new": new_tree}
-        new = f"the tree at {args.new_tree}" if args.new_tree else working_tree_name()
-        names = {"old": export(args.old_commit, Path(tmp)), "new": new}
+        names = side_names(args, Path(tmp))
         got: dict[tuple[str, str], list[dict[str, Any]]] = {}
         for _ in range(args.repeat):  # interleaved, so that drift hits every side alike
             for model in MODELS:
@@ -155,28 +154,10 @@ def compare(args: argparse.Namespace) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--runs", type=int, default=1000, help="runs a process (default 1000)")
-    parser.add_argument("--calls", type=int, default=3, help="model calls per run (default 3)")
-    parser.add_argument("--latency", type=float, default=0.05, help="seconds per reply")
-    parser.add_argument("--repeat", type=int, default=3, help="processes a model and side")
-    parser.add_argument("--old-commit", default="dd8b2d4", help="the baseline (default dd8b2d4)")
-    parser.add_argument(
-        "--new-tree", type=Path, help="measure the fisk_sm of this checkout (default: this one)"
-    )
+    parser = sides_parser(__doc__, "model")
     parser.add_argument("--model", choices=MODELS, default="SDK", help=argparse.SUPPRESS)
-    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--create-only", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.child:
-        child(args)
-        return 0
-    try:
-        compare(args)
-    except CompareError as exc:
-        print(f"model_call.py: {exc}", file=sys.stderr)
-        return 1
-    return 0
+    return run_sides("model_call.py", parser.parse_args(), child, compare)
 
 
 if __name__ == "__main__":

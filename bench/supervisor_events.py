@@ -31,7 +31,6 @@ import asyncio
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -40,7 +39,7 @@ from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
-from compare_overhead import CompareError, export, working_tree_name  # noqa: E402
+from compare_overhead import child_report, run_sides, side_names, sides_parser  # noqa: E402
 
 MODES = ("none", "unbuffered", "gone", "one")
 
@@ -103,25 +102,15 @@ def child(args: argparse.Namespace) -> None:
 
 def side(tree: Path, args: argparse.Namespace, mode: str) -> dict[str, Any]:
     """One process measuring `tree`'s fisk_sm in `mode`."""
-    command = [sys.executable, str(Path(__file__).resolve()), "--child", "--mode", mode]
-    command += ["--runs", str(args.runs), "--calls", str(args.calls)]
-    command += ["--latency", str(args.latency)]
-    env = {**os.environ, "FISK_SM_BENCH_TREE": str(tree)}
-    done = subprocess.run(command, capture_output=True, text=True, env=env)
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise CompareError(f"the bench does not run against {tree}: {last}")
-    report: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    if not Path(report["fisk_sm"]).is_relative_to(tree.resolve()):
-        raise CompareError(f"measured {report['fisk_sm']}, not the fisk_sm of {tree}")
-    return report
+    argv = ["--child", "--mode", mode, "--runs", str(args.runs), "--calls", str(args.calls)]
+    argv += ["--latency", str(args.latency)]
+    return child_report(Path(__file__), tree, argv)
 
 
 def compare(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="fisk-sm-compare-") as tmp:
         trees = {"old": Path(tmp), "new": args.new_tree or BENCH.parent}
-        new = f"the tree at {args.new_tree}" if args.new_tree else working_tree_name()
-        names = {"old": export(args.old_commit, Path(tmp)), "new": new}
+        names = side_names(args, Path(tmp))
         got: dict[tuple[str, str], list[dict[str, Any]]] = {}
         for _ in range(args.repeat):  # interleaved, so that drift hits both sides alike
             for mode in MODES:
@@ -151,27 +140,9 @@ def compare(args: argparse.Namespace) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--runs", type=int, default=1000, help="runs a process (default 1000)")
-    parser.add_argument("--calls", type=int, default=3, help="model calls per run (default 3)")
-    parser.add_argument("--latency", type=float, default=0.05, help="seconds per reply")
-    parser.add_argument("--repeat", type=int, default=3, help="processes a mode and side")
-    parser.add_argument("--old-commit", default="dd8b2d4", help="the baseline (default dd8b2d4)")
-    parser.add_argument(
-        "--new-tree", type=Path, help="measure the fisk_sm of this checkout (default: this one)"
-    )
+    parser = sides_parser(__doc__, "mode")
     parser.add_argument("--mode", choices=MODES, default="none", help=argparse.SUPPRESS)
-    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.child:
-        child(args)
-        return 0
-    try:
-        compare(args)
-    except CompareError as exc:
-        print(f"supervisor_events.py: {exc}", file=sys.stderr)
-        return 1
-    return 0
+    return run_sides("supervisor_events.py", parser.parse_args(), child, compare)
 
 
 if __name__ == "__main__":

@@ -45,7 +45,11 @@ from fisk_sm.supervisor.host.eventloop import CHOICES, ENV, LoopUnavailable, loo
 from fisk_sm.supervisor.host.registry import hold_directory
 
 if TYPE_CHECKING:
+    import uvicorn
+
     from fisk_sm.supervisor.host.cluster_setup import ClusterSettings
+    from fisk_sm.supervisor.host.workers.frames import Summary
+    from fisk_sm.supervisor.view.book import Leftover
 
 __all__ = ["add_supervise_parser", "cmd_supervise"]
 
@@ -373,21 +377,34 @@ async def _main(
         config, store, concurrency=args.concurrency, options=options, config_dirs=dirs
     )
     resumed = await supervisor.start()
-    server, serving = await serve_app(app(supervisor), sock)
-    url = url_of(sock)
-    await asyncio.to_thread(write_url, store.directory / "supervisor.url", url)
-    settle()
-    say(f"fisk-sm supervise: runs driven on the {args.loop} event loop")
-    say(f"fisk-sm supervise: listening on {url}")
-    if resumed:
-        say(f"fisk-sm supervise: resumed {len(resumed)} run(s)")
+    driven = f"on the {args.loop} event loop"
+    server, serving = await _serve(app(supervisor), sock, store, driven, len(resumed))
     await stop.wait()
     await supervisor.shutdown()
     server.should_exit = True
     await serving
-    left = supervisor.leftover()  # the next start resumes, leaves parked, leaves suspended
+    _stopped(supervisor.leftover())  # the next start resumes, leaves parked, leaves suspended
+    return 0
+
+
+async def _serve(
+    app: ControlApp, sock: socket.socket, store: FileStore, driven: str, resumed: int
+) -> tuple[uvicorn.Server, asyncio.Task[None]]:
+    """Serve `app`, write STATE_DIR/supervisor.url, settle; say how runs are `driven` and where."""
+    server, serving = await serve_app(app, sock)
+    url = url_of(sock)
+    await asyncio.to_thread(write_url, store.directory / "supervisor.url", url)
+    settle()
+    say(f"fisk-sm supervise: runs driven {driven}")
+    say(f"fisk-sm supervise: listening on {url}")
+    if resumed:
+        say(f"fisk-sm supervise: resumed {resumed} run(s)")
+    return server, serving
+
+
+def _stopped(left: Leftover | Summary) -> None:
+    """Say what a supervisor that stopped leaves for the next start."""
     say(
         f"fisk-sm supervise: stopped; {left.resuming} run(s) will resume on the next start,"
         f" {left.parked} parked for an approval, {left.suspended} suspended by an operator"
     )
-    return 0

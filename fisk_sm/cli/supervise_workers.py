@@ -18,14 +18,13 @@ import socket
 from collections.abc import Callable
 
 from fisk_sm.cli.run import SIGNALS, UsageError, telemetry_export
-from fisk_sm.cli.supervise import _on_signals
+from fisk_sm.cli.supervise import _on_signals, _serve, _stopped
 from fisk_sm.config.agent import AgentConfig
 from fisk_sm.journal.filestore import FileStore
 from fisk_sm.operator.sanitize import say
 from fisk_sm.supervisor.api import ControlApp
-from fisk_sm.supervisor.api.server import serve_app, url_of, write_url
 from fisk_sm.supervisor.confine import ConfigDirs
-from fisk_sm.supervisor.host.eventloop import run, settle
+from fisk_sm.supervisor.host.eventloop import run
 from fisk_sm.supervisor.host.registry import hold_directory
 from fisk_sm.supervisor.host.workers.frames import RemoteError, WorkerLost
 from fisk_sm.supervisor.host.workers.front import Front, Settings
@@ -89,15 +88,8 @@ async def _main(
         say(f"fisk-sm supervise: a worker did not start: {exc}")
         await front.shutdown()
         return EXIT_NO_WORKERS
-    server, serving = await serve_app(serve(front), sock)
-    url = url_of(sock)
-    await asyncio.to_thread(write_url, store.directory / "supervisor.url", url)
-    settle()
-    loop = settings.loop
-    say(f"fisk-sm supervise: runs driven by {settings.workers} workers on the {loop} event loop")
-    say(f"fisk-sm supervise: listening on {url}")
-    if resumed:
-        say(f"fisk-sm supervise: resumed {len(resumed)} run(s)")
+    driven = f"by {settings.workers} workers on the {settings.loop} event loop"
+    server, serving = await _serve(serve(front), sock, store, driven, len(resumed))
     stopping = asyncio.ensure_future(stop.wait())
     failing = asyncio.ensure_future(front.failed.wait())
     await asyncio.wait({stopping, failing}, return_when=asyncio.FIRST_COMPLETED)
@@ -112,8 +104,5 @@ async def _main(
     left = await front.shutdown()
     server.should_exit = True
     await serving
-    say(
-        f"fisk-sm supervise: stopped; {left.resuming} run(s) will resume on the next start,"
-        f" {left.parked} parked for an approval, {left.suspended} suspended by an operator"
-    )
+    _stopped(left)
     return 0
