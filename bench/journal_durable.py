@@ -98,6 +98,35 @@ def timing(target: Any, name: str, into: Counter[str], label: str) -> Iterator[N
         setattr(target, name, original)
 
 
+@contextmanager
+def kernel_fsyncs(into: Counter[str], label: str) -> Iterator[None]:
+    """Count each fsync the kernel does for a lone run (`fisk_sm.journal.aiosync`, in trees that
+    have it) as `timing` counts an os.fsync: from its request to the loop's seeing its end."""
+    try:
+        from fisk_sm.journal.aiosync import LoopSync
+    except ImportError:  # an older tree: its fsyncs are all os.fsync
+        yield
+        return
+    original = LoopSync.fsync
+
+    def timed(self: LoopSync, fd: int) -> asyncio.Future[None]:
+        start = time.perf_counter()
+        future = original(self, fd)
+
+        def ended(_: object) -> None:
+            into[label] += time.perf_counter() - start
+            into[label + " calls"] += 1
+
+        future.add_done_callback(ended)
+        return future
+
+    LoopSync.fsync = timed  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        LoopSync.fsync = original  # type: ignore[method-assign]
+
+
 def ms(seconds: float) -> str:
     return f"{seconds * 1e3:8.3f}"
 
@@ -154,7 +183,7 @@ async def measured(who: str, root: Path, n: int, tag: str) -> Sample:
     """One timed run of `who` ("fisk" or "hand") in this process, under `root`."""
     model, fsync = ScriptedModel(script(n)), Counter[str]()
     gc.collect()
-    with timing(os, "fsync", fsync, "fsync"):
+    with timing(os, "fsync", fsync, "fsync"), kernel_fsyncs(fsync, "fsync"):
         start = time.perf_counter()
         if who == "fisk":
             await run_fisk(FileStore(root / "fisk"), tag, n, model)

@@ -1,6 +1,7 @@
 """The durability contract, observed at the system call: what is fsynced, and when.
 
-A spy replaces `os.fsync` for the test. Each call records the path of its descriptor (through
+A spy replaces `os.fsync` (and the kernel's fsync of a lone run, `LoopSync.fsync`) for the
+test. Each call records the path of its descriptor (through
 /proc/self/fd), the file's size when the call began (every byte written before then is covered)
 and, for a directory, the names it held; the record is kept only once the real fsync returned.
 It is thread-safe, and the tests look only at what is durable when a step returns, so they hold
@@ -14,6 +15,7 @@ import os
 import signal
 import stat
 import threading
+from asyncio import Future
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -22,6 +24,7 @@ import pytest
 
 from fisk_sm import MemoryJournal, Tool, parse_config, tool
 from fisk_sm.journal import failpoint
+from fisk_sm.journal.aiosync import LoopSync
 from fisk_sm.journal.filestore import FileStore
 from fisk_sm.journal.records import ToolResult, ToolStarted
 from fisk_sm.loop.harness import RunOptions
@@ -46,13 +49,34 @@ class FsyncSpy:
         self._synced: list[Synced] = []
 
     def __call__(self, fd: int) -> None:
+        began = self.began(fd)
+        self.real(fd)
+        self.returned(began)
+
+    @staticmethod
+    def began(fd: int) -> Synced:
         path = Path(f"/proc/self/fd/{fd}").readlink()
         info = os.fstat(fd)
         directory = stat.S_ISDIR(info.st_mode)
         entries = frozenset(p.name for p in path.iterdir()) if directory else None
-        self.real(fd)
+        return Synced(str(path), info.st_size, entries)
+
+    def returned(self, synced: Synced) -> None:
         with self._lock:
-            self._synced.append(Synced(str(path), info.st_size, entries))
+            self._synced.append(synced)
+
+    def kernel_fsync(self, real: Callable[[LoopSync, int], Future[None]]) -> object:
+        """A stand-in for `LoopSync.fsync` (a lone run's fsync done by the kernel, no thread):
+        kept once the loop has seen it end without an error."""
+
+        def fsync(direct: LoopSync, fd: int) -> Future[None]:
+            began = self.began(fd)
+            future = real(direct, fd)
+            ended = lambda f: f.cancelled() or f.exception() or self.returned(began)  # noqa: E731
+            future.add_done_callback(ended)
+            return future
+
+        return fsync
 
     @property
     def synced(self) -> list[Synced]:
@@ -68,6 +92,7 @@ class FsyncSpy:
 def spy(monkeypatch: pytest.MonkeyPatch) -> Iterator[FsyncSpy]:
     watcher = FsyncSpy(os.fsync)
     monkeypatch.setattr(os, "fsync", watcher)
+    monkeypatch.setattr(LoopSync, "fsync", watcher.kernel_fsync(LoopSync.fsync))
     yield watcher
 
 

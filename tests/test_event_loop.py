@@ -23,6 +23,7 @@ from conftest import make_config
 
 from fisk_sm import AgentConfig, JsonLinesEvents, Recorder, Run, Tool, tool
 from fisk_sm.events import Fanout, WarningRaised
+from fisk_sm.journal.aiosync import LoopSync
 from fisk_sm.journal.decode import decode
 from fisk_sm.journal.filestore import FileJournal, FileStore
 from fisk_sm.journal.records import Assistant, ToolStarted
@@ -34,10 +35,12 @@ from fisk_sm.testing import FakeMessagesAPI, Reply
 
 RUNS = 20
 CALLS = 2
+KERNEL = -1  # the "thread" of an fsync the kernel did for a lone run (`LoopSync`)
 
 
 class FsyncSpy:
-    """Wraps os.fsync: records the calling thread and, once the real fsync has returned, the
+    """Wraps os.fsync and the kernel's fsync of a lone run (`LoopSync.fsync`): records the
+    calling thread (KERNEL for the latter) and, once the real fsync has returned, the
     file's size, i.e. how much of it is durable. Each fsync is slowed down, so that a run that
     moved on before its fsync returned would be caught reading a file not yet durable."""
 
@@ -56,6 +59,29 @@ class FsyncSpy:
                 self.durable[info.st_ino] = max(self.durable.get(info.st_ino, 0), info.st_size)
 
         monkeypatch.setattr(os, "fsync", fsync)
+        kernel_fsync = LoopSync.fsync
+
+        def direct(sync: LoopSync, fd: int) -> asyncio.Future[None]:
+            """A lone run's fsync, by the kernel (no thread: recorded as KERNEL), slowed down
+            as the others are: its future resolves 5 ms after the kernel's."""
+            size, loop = os.fstat(fd), asyncio.get_running_loop()
+            slowed: asyncio.Future[None] = loop.create_future()
+
+            def done(real: asyncio.Future[None]) -> None:
+                if real.exception() is not None:
+                    slowed.set_exception(real.exception())  # type: ignore[arg-type]
+                    return
+                with self._lock:
+                    self.threads.append(KERNEL)
+                    known = self.durable.get(size.st_ino, 0)
+                    self.durable[size.st_ino] = max(known, size.st_size)
+                slowed.set_result(None)
+
+            real = kernel_fsync(sync, fd)
+            real.add_done_callback(lambda f: loop.call_later(0.005, done, f))
+            return slowed
+
+        monkeypatch.setattr(LoopSync, "fsync", direct)
 
     def durable_bytes(self, path: Path) -> int:
         with self._lock:

@@ -441,6 +441,14 @@ async def test_async_appends_fail_like_sync_ones(
     assert store.load("abc") == [meta(), user(2)]
 
 
+@pytest.fixture
+def writer_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every append through the group-commit writer's thread (whose os.fsync a test watches),
+    none fsynced directly by the kernel (tests/test_journal_direct.py covers that path)."""
+    monkeypatch.setattr(filejournal, "DIRECT_MAX", -1)
+
+
+@pytest.mark.usefixtures("writer_only")
 async def test_a_failed_fsync_breaks_the_journal(
     store: FileStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -473,6 +481,7 @@ async def test_a_cancelled_append_still_lands_once(store: FileStore) -> None:
     assert store.path("abc").read_bytes() == lines(meta(), user(2), user(3))
 
 
+@pytest.mark.usefixtures("writer_only")
 async def test_only_a_deferred_intent_skips_its_fsync(
     store: FileStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -4,7 +4,9 @@ batch still takes every append queued while a commit was going on.
 Real files, real fsyncs, on a writer of the test's own (`filejournal.shared_writer` patched), so
 that its counters count this test's commits only. A gate wrapped around `os.fsync` holds one
 commit on the writer's thread while the test queues more appends or cancels one, so what is
-queued when is decided by the test, not by timing.
+queued when is decided by the test, not by timing. These are the writer thread's paths, so
+no append here is fsynced by the kernel directly (`writer_only`; that path, a lone run's on
+Linux, is tests/test_journal_direct.py's).
 """
 
 from __future__ import annotations
@@ -103,6 +105,11 @@ class Fsyncs:
             return self.durable.get(path.stat().st_ino, 0)
 
 
+@pytest.fixture(autouse=True)
+def writer_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(filejournal, "DIRECT_MAX", -1)
+
+
 @pytest.fixture
 def writer(monkeypatch: pytest.MonkeyPatch) -> GroupCommitWriter:
     mine = GroupCommitWriter()
@@ -174,28 +181,40 @@ async def test_appends_queued_during_a_commit_share_the_next_one(
         assert fsyncs.durable_bytes(batched.path(run_id)) == batched.path(run_id).stat().st_size
 
 
-async def start_cancelled_append(journal: FileJournal, fsyncs: Fsyncs, record: Record) -> None:
-    """Append `record` and cancel the append while its commit is held in its fsync."""
+async def queued_behind_a_cancelled_append(
+    journal: FileJournal, fsyncs: Fsyncs, cancelled: Record, then: Record
+) -> asyncio.Future[None]:
+    """Append `cancelled` (seq 2), cancel it while its commit is held in its fsync, then append
+    `then`: the append of `then`, waiting for that commit (held until `fsyncs.release()`)."""
     fsyncs.hold()
-    task = asyncio.ensure_future(journal.append(record))
+    task = asyncio.ensure_future(journal.append(cancelled))
     await held_until_entered(fsyncs)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+    assert journal.last_seq == 1  # not durable yet
+    queued = asyncio.ensure_future(journal.append(then))
+    await asyncio.sleep(0.05)
+    assert not queued.done()  # it waits for the commit in flight
+    return queued
+
+
+async def replaying(
+    tmp_path: Path, fsyncs: Fsyncs, run_id: str
+) -> tuple[list[Record], FileJournal, asyncio.Future[None]]:
+    """`records(run_id)`, their journal, and a replay of seq 2 behind its cancelled append."""
+    written = records(run_id)
+    journal = await FileStore(tmp_path).create_async(written[0])
+    replay = await queued_behind_a_cancelled_append(journal, fsyncs, written[1], written[1])
+    return written, journal, replay
 
 
 async def test_a_replay_waits_for_the_cancelled_append_still_in_flight(
     tmp_path: Path, writer: GroupCommitWriter, fsyncs: Fsyncs
 ) -> None:
-    store, written = FileStore(tmp_path), records("replayed")
     async with asyncio.timeout(20):
-        journal = await store.create_async(written[0])
-        await start_cancelled_append(journal, fsyncs, written[1])
-        assert journal.last_seq == 1  # not durable yet
-        replay = asyncio.ensure_future(journal.append(written[1]))
-        await asyncio.sleep(0.05)
-        assert not replay.done()  # it waits for the commit in flight, writes nothing itself
-        fsyncs.release()
+        written, journal, replay = await replaying(tmp_path, fsyncs, "replayed")
+        fsyncs.release()  # the replay wrote nothing itself: the commit in flight covers it
         await replay
         assert journal.last_seq == 2
         assert fsyncs.durable_bytes(journal.path) == journal.path.stat().st_size
@@ -208,12 +227,8 @@ async def test_a_replay_waits_for_the_cancelled_append_still_in_flight(
 async def test_a_replay_fails_with_the_cancelled_append_it_waited_for(
     tmp_path: Path, writer: GroupCommitWriter, fsyncs: Fsyncs
 ) -> None:
-    store, written = FileStore(tmp_path), records("failed")
     async with asyncio.timeout(20):
-        journal = await store.create_async(written[0])
-        await start_cancelled_append(journal, fsyncs, written[1])
-        replay = asyncio.ensure_future(journal.append(written[1]))
-        await asyncio.sleep(0.05)
+        written, journal, replay = await replaying(tmp_path, fsyncs, "failed")
         fsyncs.fail = OSError(errno.EIO, "Input/output error")
         fsyncs.release()
         with pytest.raises(JournalIOError, match="append of seq 2 failed: Input/output error"):
@@ -261,10 +276,7 @@ async def test_a_deferred_intent_goes_behind_a_commit_of_its_file(
     async with asyncio.timeout(20):
         journal = await store.create_async(written[0])
         journal.deferred_intents = frozenset({"echo"})
-        await start_cancelled_append(journal, fsyncs, written[1])
-        intent = asyncio.ensure_future(journal.append(started))
-        await asyncio.sleep(0.05)
-        assert not intent.done()
+        intent = await queued_behind_a_cancelled_append(journal, fsyncs, written[1], started)
         fsyncs.release()
         await intent
         await journal.close()

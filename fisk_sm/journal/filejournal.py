@@ -13,6 +13,7 @@ fork, a tool that builds a session by hand). The journal holds the session's loc
 from __future__ import annotations
 
 import asyncio
+import errno
 import functools
 import os
 from pathlib import Path
@@ -20,9 +21,10 @@ from pathlib import Path
 import attrs
 
 from fisk_sm.config.errors import one_line
+from fisk_sm.journal.aiosync import LoopSync, for_running_loop
 from fisk_sm.journal.base import JournalError, check_append
 from fisk_sm.journal.records import Record, ToolStarted, encode
-from fisk_sm.journal.writer import Channel, shared_writer
+from fisk_sm.journal.writer import Channel, Then, shared_writer
 
 __all__ = ["FileJournal", "JournalIOError"]
 
@@ -30,6 +32,31 @@ __all__ = ["FileJournal", "JournalIOError"]
 class JournalIOError(JournalError):
     """The disk failed us (full, read-only, permissions): not bad input, and the journal is
     intact up to its last durable record."""
+
+
+#: The longest line an append writes itself for a direct fsync (a longer one goes to the writer's
+#: thread, so the loop never spends long in write(2)).
+DIRECT_MAX = 64 * 1024
+
+
+def _alone() -> LoopSync | None:
+    """The loop's direct fsync, if it has one with nothing in flight: a second run appending at
+    the same time goes to the writer, whose batches fold many runs' fsyncs."""
+    direct = for_running_loop()
+    return direct if direct is not None and not direct.in_flight else None
+
+
+def _settled(then: Then, channel: Channel, future: asyncio.Future[None]) -> None:
+    """A direct fsync ended: tell the journal, whatever became of the awaiting task."""
+    failure = None if not future.cancelled() and future.exception() is None else _unknown(future)
+    if failure is not None:
+        channel.failure = channel.failure or failure
+    then(failure)
+
+
+def _unknown(future: asyncio.Future[None]) -> OSError:
+    failure = None if future.cancelled() else future.exception()
+    return failure if isinstance(failure, OSError) else OSError(errno.EIO, "fsync outcome unknown")
 
 
 def _line(record: Record) -> bytes:
@@ -61,6 +88,7 @@ class FileJournal:
     _queued_seq: int = attrs.field(init=False)
     #: Replays of a seq still in flight (its first append was cancelled), waiting for its commit.
     _replays: list[tuple[int, asyncio.Future[None]]] = attrs.field(factory=list, init=False)
+    _direct: asyncio.Future[None] | None = attrs.field(default=None, init=False, repr=False)
     _channel: Channel = attrs.field(init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
@@ -133,10 +161,32 @@ class FileJournal:
                     return
             except OSError as exc:
                 raise self._failed(record, exc) from exc
+        elif len(line) <= DIRECT_MAX and writer.idle and (direct := _alone()) is not None:
+            try:  # a run on its own: written here, fsynced by the kernel (`aiosync`)
+                if writer.write_unsynced(self._channel, line):
+                    await self._synced_direct(record, direct)
+                    return
+            except OSError as exc:
+                raise self._failed(record, exc) from exc
         then = functools.partial(self._committed, record.seq)
         future = writer.submit(self._channel, line, sync=sync, then=then)
         self._queued_seq = record.seq
         await self._wait(record, future)
+
+    async def _synced_direct(self, record: Record, direct: LoopSync) -> None:
+        """Wait for the kernel's fsync of the line just written; should the kernel not take the
+        request, the writer's thread fsyncs it. As with the writer, a cancelled wait leaves the
+        fsync to finish, and the journal learns its outcome (`_committed`)."""
+        self._queued_seq = record.seq
+        then = functools.partial(self._committed, record.seq)
+        try:
+            future = direct.fsync(self._fd)
+        except OSError:
+            future = shared_writer().submit(self._channel, b"", then=then)
+        else:
+            future.add_done_callback(functools.partial(_settled, then, self._channel))
+            self._direct = future  # `close` waits for it
+        await self._wait(record, asyncio.shield(future))
 
     def _committed(self, seq: int, failure: OSError | None) -> None:
         # The writer calls it on the loop whatever became of the awaiting task, so `last_seq`
@@ -182,6 +232,8 @@ class FileJournal:
         if self._closed:
             return
         self._closed = True
+        if self._direct is not None and not self._direct.done():
+            os.fsync(self._fd)  # the kernel's fsync cannot be awaited here: this one covers it
         pending = shared_writer().after_pending(self._channel, self._release)
         if pending is None:
             self._release()
@@ -193,6 +245,8 @@ class FileJournal:
         if self._closed:
             return
         self._closed = True
+        if self._direct is not None:  # a cancelled append's fsync, still with the kernel
+            await asyncio.wait([self._direct])
         pending = shared_writer().after_pending(self._channel, self._release)
         if pending is None:
             self._release()  # two close(2) calls: nothing to wait for

@@ -180,6 +180,11 @@ class GroupCommitWriter:
         self._put(_Append(channel, data, sync, loop, future, then))
         return future
 
+    @property
+    def idle(self) -> bool:
+        """Whether no append of any file is queued or being committed (a run on its own)."""
+        return not self._pending
+
     def write_unsynced(self, channel: Channel, data: bytes) -> bool:
         """Write `data` (an append that needs no fsync of its own) on the calling thread, if
         the writer is idle (a run on its own); False, writing nothing, if it is busy or has
