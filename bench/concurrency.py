@@ -81,8 +81,9 @@ def script(runs: int, calls: int, latency: float) -> list[Reply]:
 
 
 def serve(replies: list[Reply], conn: multiprocessing.connection.Connection) -> None:
-    """The child process: serve `replies` until told to stop."""
-    with FakeMessagesAPI(replies) as api:
+    """The child process: serve `replies` until told to stop, with connections kept alive as
+    the real API keeps them (a client pays for a TCP connection per pooled one, not per call)."""
+    with FakeMessagesAPI(replies, keep_alive=True) as api:
         conn.send(api.base_url)
         conn.recv()
 

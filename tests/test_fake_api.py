@@ -351,3 +351,29 @@ async def test_serve_subprocess_until_sigterm(tmp_path: Path) -> None:
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
+
+
+@pytest.mark.parametrize("keep_alive", [False, True])
+def test_a_connection_serves_one_request_unless_kept_alive(keep_alive: bool) -> None:
+    import http.client
+
+    replies = [Reply.text("one"), Reply.text("two")]
+    with FakeMessagesAPI(replies, keep_alive=keep_alive) as api:
+        port = int(api.base_url.rsplit(":", 1)[1])
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        body = json.dumps({"model": "m", "max_tokens": 5, "messages": []})
+        answers, sockets = [], []
+        for _ in range(2):
+            conn.request("POST", "/v1/messages", body, {"Content-Type": "application/json"})
+            reply = conn.getresponse()
+            answers.append((reply.getheader("Connection"), json.loads(reply.read())))
+            sockets.append(conn.sock)  # None once the server closed it
+        conn.close()
+    texts = [answer["content"][0]["text"] for _, answer in answers]
+    assert texts == ["one", "two"]
+    if keep_alive:  # both on the socket of the first
+        assert [header for header, _ in answers] == ["keep-alive", "keep-alive"]
+        assert sockets[0] is not None and sockets[0] is sockets[1]
+    else:  # each closed after its reply; http.client connected again for the second
+        assert [header for header, _ in answers] == ["close", "close"]
+        assert sockets == [None, None]

@@ -61,9 +61,18 @@ class _Server6(_Server):
     address_family = socket.AF_INET6
 
 
+#: Seconds a kept-alive connection may sit idle before the server closes it.
+KEEP_ALIVE_IDLE = 30.0
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "FakeMessagesAPI/1.0"
+
+    def setup(self) -> None:
+        super().setup()
+        if cast(_Server, self.server).api.keep_alive:  # a read of the next request waits no
+            self.connection.settimeout(KEEP_ALIVE_IDLE)  # longer than this
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -72,12 +81,14 @@ class _Handler(BaseHTTPRequestHandler):
         self._send_bytes(status, json.dumps(payload).encode(), "application/json", **headers)
 
     def _send_bytes(self, status: int, data: bytes, content_type: str, **headers: str) -> None:
-        self.close_connection = True  # one request per connection: nothing outlives close()
+        # one request per connection (nothing outlives close()), unless the API keeps them
+        keep = cast(_Server, self.server).api.keep_alive
+        self.close_connection = not keep
         try:
             self.send_response(status)
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(data)))
-            self.send_header("Connection", "close")
+            self.send_header("Connection", "keep-alive" if keep else "close")
             for key, value in headers.items():
                 self.send_header(key.replace("_", "-"), value)
             self.end_headers()
@@ -218,7 +229,11 @@ class FakeMessagesAPI:
       but a Reply, is answered with a 500 naming it);
     - ``script``: the ordered replies, one per request, in arrival order.
 
-    A request none of them answers gets a 500 saying why (``x-should-retry: false``).
+    A request none of them answers gets a 500 saying why (``x-should-retry: false``). Each
+    connection serves one request and is closed, so nothing outlives :meth:`close`; with
+    ``keep_alive=True`` a connection serves requests until its client closes it (as the real
+    API's do: a client then pays for one TCP connection per pooled connection, not per call;
+    idle ones are closed after ``KEEP_ALIVE_IDLE`` seconds).
     ``requests`` and ``request_headers`` (lower-cased names) record every
     ``POST /v1/messages`` with a JSON body, in arrival order; :meth:`requests_for` gives one
     conversation's. Both are appended under a lock; read them through :meth:`requests_for`
@@ -233,8 +248,10 @@ class FakeMessagesAPI:
         responder: Responder | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
+        keep_alive: bool = False,
     ) -> None:
         _check_loopback(host)
+        self.keep_alive = keep_alive
         self._host, self._wanted_port = host, port
         self._lock = threading.Lock()
         self._queue: collections.deque[Reply] = collections.deque(script)
