@@ -11,8 +11,8 @@ for the disk, and no Python thread takes part. The guarantee is fsync(2)'s, the 
 
 One context per event loop, made on first use. `for_running_loop()` is None where there is no
 such fsync: not Linux, no `caio`, no context to be had (the kernel's `aio-max-nr` is used up),
-or a file system that refused it once (EINVAL: the loop's context is then set aside for good);
-the writer's thread serves those appends as before.
+or a request the kernel refused once (at its submit, or EINVAL at its end: the loop's context is
+then set aside for good); the writer's thread serves those appends as before.
 """
 
 from __future__ import annotations

@@ -47,16 +47,16 @@ def _alone() -> LoopSync | None:
 
 
 def _settled(then: Then, channel: Channel, future: asyncio.Future[None]) -> None:
-    """A direct fsync ended: tell the journal, whatever became of the awaiting task."""
-    failure = None if not future.cancelled() and future.exception() is None else _unknown(future)
+    """A direct fsync ended: tell the journal, whatever became of the awaiting task. (Its
+    future is shielded and `LoopSync` fails it with an OSError only; anything else is an
+    outcome nobody knows, and counts as a failure.)"""
+    failure: OSError | None = OSError(errno.EIO, "fsync outcome unknown")
+    if not future.cancelled():
+        raised = future.exception()
+        failure = raised if raised is None or isinstance(raised, OSError) else failure
     if failure is not None:
         channel.failure = channel.failure or failure
     then(failure)
-
-
-def _unknown(future: asyncio.Future[None]) -> OSError:
-    failure = None if future.cancelled() else future.exception()
-    return failure if isinstance(failure, OSError) else OSError(errno.EIO, "fsync outcome unknown")
 
 
 def _line(record: Record) -> bytes:
@@ -140,10 +140,11 @@ class FileJournal:
     async def append(self, record: Record) -> None:
         """The `Journal` protocol's append: returns once the record is durable.
 
-        The write and the fsync happen on the group-commit writer's thread, never on the event
-        loop (a deferred intent, which has no fsync, is written here when nothing of the file is
-        queued). A cancelled append still completes in the background, and the journal learns its
-        outcome: a replay of the same seq then waits for it instead of writing it twice.
+        The fsync never happens on the event loop. With the writer idle, the line is written here
+        (a deferred intent, which has no fsync; or a line of up to `DIRECT_MAX` bytes whose fsync
+        the kernel does, `aiosync`); otherwise the group-commit writer's thread writes and
+        fsyncs it. A cancelled append still completes in the background, and the journal learns
+        its outcome: a replay of the same seq then waits for it instead of writing it twice.
         """
         self._check_usable()
         if not self._must_write(self._queued_seq, record):

@@ -75,7 +75,8 @@ class WriterStats:
     #: Batches committed with the batch's bookkeeping, and the appends they held.
     batches: int = 0
     batched: int = 0
-    #: Unsynced appends written by their caller, with nothing queued for the file.
+    #: Appends written by their caller with the writer idle (an unsynced intent, or a lone
+    #: run's line whose fsync the kernel does: `fisk_sm.journal.aiosync`).
     direct: int = 0
 
 
