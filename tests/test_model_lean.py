@@ -10,8 +10,10 @@ or propagate (a tracer provider set, a current span), and for the models the SDK
 
 from __future__ import annotations
 
+import json
 import warnings
 
+import attrs
 import pytest
 from opentelemetry import context, trace
 from opentelemetry.sdk.trace import TracerProvider
@@ -22,7 +24,7 @@ from fisk_sm import parse_config
 from fisk_sm.config.agent import LLMConfig
 from fisk_sm.model import transport
 from fisk_sm.model.anthropic import AnthropicModel, ModelError, ModelRequest
-from fisk_sm.model.blocks import Message
+from fisk_sm.model.blocks import Message, ToolResultBlock, message_of
 from fisk_sm.testing import FakeMessagesAPI, Reply
 
 TOOL = {"name": "add", "description": "Add.", "input_schema": {"type": "object"}}
@@ -206,3 +208,43 @@ async def test_a_model_the_sdk_warns_about_still_gets_its_warning(which: str) ->
             await model.aclose()
     assert transport.lean_calls == before  # through `messages.create`, which warned
     assert any(name in str(w.message) for w in caught)
+
+
+CONVERSATION = [
+    Message("user", "héllo ✓"),
+    message_of(
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": "adding", "extra": [1.5, None]},
+                {"type": "tool_use", "id": "toolu_1", "name": "add", "input": {"a": 1}},
+            ],
+        }
+    ),
+    Message("user", (ToolResultBlock("toolu_1", "3"),)),
+]
+
+
+async def test_a_conversation_goes_out_as_messages_create_sends_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Message by message (`ModelRequest.body`), the same bytes as the whole `params()`."""
+    request = attrs.evolve(REQUEST, messages=CONVERSATION)
+    lean = await calls(REPLIES[:1], request)
+    monkeypatch.setattr("fisk_sm.model.anthropic.lean_call", lambda model, thinking: False)
+    assert await calls(REPLIES[:1], request) == lean
+
+
+async def test_a_message_held_as_bytes_goes_out_as_those_very_bytes() -> None:
+    """A message of a resumed conversation (`Message.raw`: pieces of the journal's bytes) is
+    spliced in as it is; the request means what its decoded form would send."""
+    value = memoryview(b'[{"type":"text","text":"a\\u00e9"}, {"type":"text","text":"b"}]')
+    pieces = (b'{"role":"assistant","content":', value, b"}")
+    held = Message.later_all(
+        lambda _: json.loads(b"".join(pieces)), ["assistant"], [0], lambda _, role: pieces
+    )
+    request = attrs.evolve(REQUEST, messages=[Message("user", "q"), *held, Message("user", "r")])
+    *_, raw_requests, _ = await calls(REPLIES[:1], request)
+    [body] = raw_requests  # type: ignore[misc]
+    assert b"".join(pieces) in body
+    assert json.loads(body) == json.loads(json.dumps(request.params()))

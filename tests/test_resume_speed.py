@@ -13,7 +13,7 @@ import pytest
 from conftest import make_config
 
 from fisk_sm import tool
-from fisk_sm.journal import checkpoint
+from fisk_sm.journal import checkpoint, wirebytes
 from fisk_sm.journal.checkpoint import checkpoint_path
 from fisk_sm.journal.filestore import CorruptJournalError, FileStore
 from fisk_sm.journal.fold import AT_INPUT
@@ -210,14 +210,14 @@ def test_a_flipped_byte_before_the_checkpoint_fails_with_the_error_of_every_line
 @pytest.mark.parametrize(
     "spoil",
     [
-        lambda d: {**d, "version": 2},
+        lambda d: {**d, "version": d["version"] + 1},
         lambda d: {**d, "size": d["size"] + 1},
-        lambda d: {**d, "crc": d["crc"] ^ 1},
+        lambda d: {**d, "digest": d["digest"] ^ 1},
         lambda d: {**d, "seal": d["seal"] ^ 1},
         lambda d: {**d, "extra": 1},
         lambda d: {k: v for k, v in d.items() if k != "roles"},
     ],
-    ids=["version", "size", "crc", "seal", "unknown-key", "missing-key"],
+    ids=["version", "size", "digest", "seal", "unknown-key", "missing-key"],
 )
 def test_a_checkpoint_that_does_not_hold_is_not_read(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spoil: Any
@@ -291,23 +291,22 @@ def test_a_checkpoint_leaves_the_journal_unchanged_and_is_a_file_of_its_own(
     assert list(tmp_path.iterdir()) == []
 
 
-def test_messages_before_the_checkpoint_are_read_in_the_resume_and_never_again(
+def test_messages_before_the_checkpoint_are_read_on_first_use_and_never_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`resume_fold` (the resume's worker thread) reads every message; the loop's later
-    `to_json()` calls read no journal bytes."""
+    """A message the resume left as the journal's bytes is decoded once, when something reads
+    it (tests/test_resume_bytes.py: a request does not), and equals the one read at once."""
     store, path = checkpointed(tmp_path, monkeypatch)
     snapshot, records = resumed(store, "r")
     assert records.base is not None
-
-    def no_more(_: object) -> object:
-        raise AssertionError("a message read the journal again")
-
-    monkeypatch.setattr(checkpoint, "_loads", no_more)
-    expected = every_line(path).messages  # (which reads through the decoder, not the loader)
+    reads: list[object] = []
+    real = wirebytes._loads
+    monkeypatch.setattr(wirebytes, "_loads", lambda data: reads.append(data) or real(data))
+    expected = every_line(path).messages
     for _ in range(2):
         assert [m.to_json() for m in snapshot.messages] == [m.to_json() for m in expected]
     assert [m.content for m in snapshot.messages] == [m.content for m in expected]
+    assert 0 < len(reads) < len(expected)  # once each, and not the prompt nor merged ones
 
 
 def test_a_deferred_message_equals_the_built_one_and_hands_out_its_own_lists() -> None:

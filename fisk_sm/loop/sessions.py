@@ -19,7 +19,7 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from fisk_sm.config.agent import AgentConfig
-from fisk_sm.events.types import RunResumed
+from fisk_sm.events.types import RunResumed, wants
 from fisk_sm.journal.base import SessionJournal, SessionStore
 from fisk_sm.journal.parsing import resume_fold
 from fisk_sm.journal.records import Meta
@@ -128,14 +128,15 @@ async def resume_session(
     harness.context = (*harness.context, {"type": "text", "text": RESUME_REMINDER})
     run = Run.restore(snapshot, harness, machine=machine)
     run.resumed = True
-    harness.events.emit(
-        # events leave the process as JSON: the conversation goes in its wire form
-        RunResumed(
-            run_id,
-            snapshot.state,
-            snapshot.iteration,
-            tuple(m.to_json() for m in snapshot.messages),
-            snapshot.status,
+    if wants(harness.events, RunResumed):  # (its wire form reads every message of the history)
+        harness.events.emit(
+            # events leave the process as JSON: the conversation goes in its wire form
+            RunResumed(
+                run_id,
+                snapshot.state,
+                snapshot.iteration,
+                tuple(m.to_json() for m in snapshot.messages),
+                snapshot.status,
+            )
         )
-    )
     return run

@@ -31,7 +31,7 @@ from fisk_sm.config.thinking import Thinking
 from fisk_sm.model.blocks import Message
 from fisk_sm.model.clients import ClientShare, acquire, client_key
 from fisk_sm.model.reply import ModelError, one_line, parse_reply
-from fisk_sm.model.transport import encode_body, lean_call
+from fisk_sm.model.transport import counted, encode_json, lean_call
 
 if TYPE_CHECKING:  # the SDK is imported when a model is built (`clients.warm_up`: off the loop)
     import anthropic
@@ -73,19 +73,49 @@ class ModelRequest:
         This is where the typed conversation becomes JSON for the wire, once per call: each
         block the model sent goes back as the very object it came as (`fisk_sm.model.blocks`).
         """
-        messages, system = [m.to_json() for m in self.messages], list(self.system)
-        if self.cache_ttl is not None:
-            control = {"type": "ephemeral", "ttl": self.cache_ttl}
-            if system:
-                system[-1] = {**system[-1], "cache_control": control}
+        control = self._control()
+        messages = [m.to_json() for m in self.messages]
+        if control is not None:
             messages = _with_tail_breakpoint(messages, control)
         # In the order `messages.create` sends them: a lean call's body is the same bytes.
-        params: dict[str, Any] = {
-            "max_tokens": self.max_tokens,
-            "messages": messages,
-            "model": self.model,
-        }
-        if system:
+        return {"max_tokens": self.max_tokens, "messages": messages, **self._others(control)}
+
+    def body(self) -> bytes:
+        """The JSON body of a plain call with `params()`, as the SDK encodes it, built message
+        by message: one that holds its JSON as bytes already (`Message.raw`: a resumed
+        conversation's history, the journal's own bytes) is sent as those bytes, never decoded;
+        the last is built, for its cache breakpoint. Counted in `transport.lean_calls`."""
+        control, messages = self._control(), self.messages
+        head = encode_json({"max_tokens": self.max_tokens})[:-1]
+        pieces: list[bytes | memoryview] = [head, b',"messages":[']
+        append, extend = pieces.append, pieces.extend
+        for message in messages[:-1]:
+            raw = message.raw()
+            if raw is None:
+                append(encode_json(message.to_json()))
+            else:
+                extend(raw)
+            append(b",")
+        if messages:
+            last = [messages[-1].to_json()]
+            if control is not None:
+                last = _with_tail_breakpoint(last, control)
+            append(encode_json(last[0]))
+        append(b"],")
+        append(encode_json(self._others(control))[1:])
+        return counted(b"".join(pieces))
+
+    def _control(self) -> dict[str, str] | None:
+        """The cache breakpoints' `cache_control`, or None (no `cache_ttl`)."""
+        return None if self.cache_ttl is None else {"type": "ephemeral", "ttl": self.cache_ttl}
+
+    def _others(self, control: dict[str, str] | None) -> dict[str, Any]:
+        """The parameters after `messages`, in `messages.create`'s order."""
+        params: dict[str, Any] = {"model": self.model}
+        if self.system:
+            system = list(self.system)
+            if control is not None:
+                system[-1] = {**system[-1], "cache_control": control}
             params["system"] = system
         if self.thinking:
             params["thinking"] = self.thinking
@@ -206,7 +236,7 @@ class AnthropicModel:
                 if self.on_text is not None:
                     body = await self._streamed(request, self.on_text)
                 else:
-                    body = await self._plain(request.params())
+                    body = await self._plain(request)
         except TimeoutError:
             raise ModelError(f"llm call: timed out after {deadline:g}s") from None
         except anthropic.APIStatusError as exc:
@@ -218,16 +248,16 @@ class AnthropicModel:
             raise ModelError(f"llm call: {one_line(str(exc))}") from None
         return parse_reply(body)
 
-    async def _plain(self, params: dict[str, Any]) -> bytes:
+    async def _plain(self, request: ModelRequest) -> bytes:
         """The raw body of the reply to a plain call (`fisk_sm.model.transport`: when the SDK's
-        `client.post` may stand in for `messages.create`)."""
-        if not lean_call(params.get("model"), params.get("thinking")):
-            raw = await self.client.messages.with_raw_response.create(**params)
+        `client.post` may stand in for `messages.create`, with `request.body()`)."""
+        if not lean_call(request.model, request.thinking):
+            raw = await self.client.messages.with_raw_response.create(**request.params())
             data: bytes = await raw.read()
             return data
         import httpx2
 
-        content = encode_body(params)
+        content = request.body()
         response = await self.client.post("/v1/messages", cast_to=httpx2.Response, content=content)
         return response.content
 

@@ -264,6 +264,10 @@ def blocks_json(blocks: Iterable[Block]) -> list[JSONObject]:
     return [b.to_json() for b in blocks]
 
 
+#: A message's JSON in pieces to be joined (`Message.raw`).
+_Pieces: TypeAlias = tuple[bytes | memoryview, ...]
+
+
 @attrs.frozen
 class Message:
     """One message of the conversation: a role ("user", "assistant") and its content."""
@@ -273,20 +277,31 @@ class Message:
 
     @staticmethod
     def later_all(
-        load: Callable[[int], JSONObject], roles: Iterable[str], args: Iterable[int]
+        load: Callable[[object], JSONObject],
+        roles: Iterable[str],
+        args: Iterable[object],
+        raw: Callable[[object, str], _Pieces | None] | None = None,
     ) -> list[Message]:
         """For each `role` of `roles` and `arg` of `args`, the message whose wire form
         (`{"role": role, "content": ...}`, as `to_json()` gives it) is `load(arg)`, called once,
         on first use; its content is built from that form when first read (`message_of`), once.
-        Such a message is equal to, and writes the same JSON as, the one built at once."""
+        Such a message is equal to, and writes the same JSON as, the one built at once. Until
+        it is read, `raw(arg, role)` gives its JSON in pieces, if it can (`Message.raw`); they
+        are kept, and `load` then decodes them (a tuple) instead of reading `arg`."""
         messages: list[Message] = []
         append, new, set_role, set_load = messages.append, _new, _ROLE.__set__, _LOADS.__set__
         for role, arg in zip(roles, args, strict=True):
             message = new(_Later)
             set_role(message, role)
-            set_load(message, (load, arg))
+            set_load(message, (load, arg, raw))
             append(message)
         return messages
+
+    def raw(self) -> _Pieces | None:
+        """The message's JSON already encoded, in pieces to be joined (for a resumed
+        conversation, views of the journal's own bytes: `later_all`), the same JSON as
+        `to_json()`; None: encode that."""
+        return None
 
     def to_json(self) -> JSONObject:
         """The message as sent and journaled: `role`, then `content`."""
@@ -313,7 +328,9 @@ class _Later(Message):
     and the converters."""
 
     __slots__ = ("_loads", "_wire")
-    _loads: tuple[Callable[[int], JSONObject], int]
+    _loads: tuple[
+        Callable[[object], JSONObject], object, Callable[[object, str], _Pieces | None] | None
+    ]
     _wire: JSONObject
 
     @property
@@ -329,19 +346,33 @@ class _Later(Message):
     def content(self, value: str | tuple[Block, ...]) -> None:  # the class's `__init__` and copy
         _CONTENT.__set__(self, value)
 
+    def raw(self) -> _Pieces | None:
+        try:
+            load, arg, raw = self._loads
+        except AttributeError:  # read already
+            return None
+        if type(arg) is tuple or raw is None:
+            return arg if type(arg) is tuple else None
+        pieces = raw(arg, self.role)
+        if pieces is not None:
+            _LOADS.__set__(self, (load, pieces, raw))
+        return pieces
+
     def _wire_form(self) -> JSONObject:
-        """The wire form, read on the first call and kept; the loader is then dropped, and with
-        it what it held (a journal's bytes). Two threads may both read it: the same form."""
+        """The wire form, read on the first call and kept; a loader of anything but the bytes
+        themselves is then dropped, and with it what it held (a journal's bytes). Two threads
+        may both read it: the same form."""
         try:
             wire: JSONObject = self._wire
         except AttributeError:
             try:
-                load, arg = self._loads
+                load, arg, _ = self._loads
             except AttributeError:  # another thread read it meanwhile
                 return self._wire
             wire = load(arg)
             _WIRE.__set__(self, wire)
-            _LOADS.__delete__(self)
+            if type(arg) is not tuple:
+                _LOADS.__delete__(self)
         return wire
 
     def to_json(self) -> JSONObject:

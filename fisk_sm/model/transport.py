@@ -47,7 +47,7 @@ if TYPE_CHECKING:  # the SDK and aiohttp are imported when the first client is b
     import httpx2
     from httpx2._types import CertTypes
 
-__all__ = ["close_soon", "encode_body", "lean_call", "lean_calls", "new_client"]
+__all__ = ["close_soon", "counted", "encode_json", "lean_call", "lean_calls", "new_client"]
 
 #: The calls made through `client.post` so far, in this process (what a test can check).
 lean_calls = 0
@@ -193,11 +193,16 @@ def lean_call(model: object, thinking: object) -> bool:
     return not (enabled and model in with_thinking)
 
 
-def encode_body(params: JSONObject) -> bytes:
-    """The body of a call with `params`, as the SDK encodes it; counted in `lean_calls`."""
+def encode_json(value: JSONObject) -> bytes:
+    """`value` as the SDK encodes a request's JSON body."""
+    return _ENCODE(value).encode()
+
+
+def counted(body: bytes) -> bytes:
+    """`body`, a lean call's, counted in `lean_calls`."""
     global lean_calls
     lean_calls += 1
-    return _ENCODE(params).encode()
+    return body
 
 
 @functools.cache
