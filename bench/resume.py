@@ -28,7 +28,10 @@ of:
 * + its request body: the same, then the body of the next request as the model's plain call
   sends it (`ModelRequest.body()`: the messages before the checkpoint spliced in as the
   journal's own bytes, never decoded; in a tree without it, `params()` JSON-encoded): the
-  real cost of a resume up to its request.
+  real cost of a resume up to its request;
+* in a running loop, + its body, in it: the same two, each sample a resume on one event loop
+  that keeps running (as a supervisor's does), so without the cost of a new loop and its
+  worker thread (about 0.5 ms) that each `asyncio.run` above pays.
 
 Medians over all samples of all rounds. The table gives each figure against the baseline and
 against `get_state` (SqliteSaver): the issue's target is a resume at most 0.5× of it, which
@@ -63,6 +66,8 @@ MODES = (
     "no checkpoint",
     "resume to next call",
     "+ its request body",
+    "in a running loop",
+    "+ its body, in it",
 )
 LG_FILE, LG_MEMORY = "SqliteSaver (file)", "InMemorySaver"
 TARGET = 0.5  # open + fold over get_state (file)
@@ -145,12 +150,25 @@ def fisk_child(state: Path, iterations: int, repeats: int) -> dict[str, Any]:
     restore()
     samples[MODES[3]] = timed(lambda: asyncio.run(resume(False)), repeats, restore)
     samples[MODES[4]] = timed(lambda: asyncio.run(resume(True)), repeats, restore)
+
+    async def in_loop(wire: bool) -> list[float]:
+        """`repeats` resumes on one running loop, as a supervisor resumes its runs."""
+        await resume(wire)  # warm-up: the loop's worker threads are started
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            await resume(wire)
+            times.append(time.perf_counter() - start)
+        return times
+
+    samples[MODES[5]] = asyncio.run(in_loop(False))
+    samples[MODES[6]] = asyncio.run(in_loop(True))
     return {"fisk_sm": str(Path(fisk_sm.__file__).resolve().parent), "samples": samples}
 
 
 def request_body(request: Any) -> bytes:
     """The body a plain call sends: `ModelRequest.body()`, or in a tree without it, its
-    `params()` encoded as the lean call did (`transport.encode_body`)."""
+    `params()` encoded as the lean call did (that tree's `transport.encode_body`)."""
     body = getattr(request, "body", None)
     if body is not None:
         data: bytes = body()
@@ -266,7 +284,7 @@ def print_table(
     print(f"  ({base / file[0]:.2f}× get_state)" if file else "")
     if file:
         print()
-        for mode in (MODES[0], MODES[4]):
+        for mode in (MODES[0], MODES[5], MODES[3], MODES[6]):
             ratio = statistics.median(samples["new", mode]) / file[0]
             best = min(samples["new", mode]) / file[1]
             verdict = "met" if ratio <= TARGET else "MISSED"

@@ -25,6 +25,7 @@ from fisk_sm.config.agent import LLMConfig
 from fisk_sm.model import transport
 from fisk_sm.model.anthropic import AnthropicModel, ModelError, ModelRequest
 from fisk_sm.model.blocks import Message, ToolResultBlock, message_of
+from fisk_sm.model.later import later_all
 from fisk_sm.testing import FakeMessagesAPI, Reply
 
 TOOL = {"name": "add", "description": "Add.", "input_schema": {"type": "object"}}
@@ -240,7 +241,7 @@ async def test_a_message_held_as_bytes_goes_out_as_those_very_bytes() -> None:
     spliced in as it is; the request means what its decoded form would send."""
     value = memoryview(b'[{"type":"text","text":"a\\u00e9"}, {"type":"text","text":"b"}]')
     pieces = (b'{"role":"assistant","content":', value, b"}")
-    held = Message.later_all(
+    held = later_all(
         lambda _: json.loads(b"".join(pieces)), ["assistant"], [0], lambda _, role: pieces
     )
     request = attrs.evolve(REQUEST, messages=[Message("user", "q"), *held, Message("user", "r")])

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from conftest import make_config
-from test_resume_speed import FIXTURES, checkpointed, every_line, lines, resumed
+from test_resume_speed import FIXTURES, checkpointed, every_line, lines, note, resumed
 
 from fisk_sm.events.types import Event, Recorder, RunResumed
 from fisk_sm.journal import checkpoint, wirebytes
@@ -25,7 +25,6 @@ from fisk_sm.model.anthropic import ModelRequest
 from fisk_sm.model.blocks import Message
 from fisk_sm.model.transport import encode_json
 from fisk_sm.testing import FakeMessagesAPI, Reply
-from fisk_sm.tools import tool
 
 SYSTEM = ({"type": "text", "text": "be brief"},)
 
@@ -139,12 +138,6 @@ def test_a_span_is_the_value_msgspec_reads_where_its_key_is_or_none() -> None:
     assert [_span(u, RESULT if b"result" in u else MESSAGE) for u in unread] == [None] * 5
     pair = _line(User(2, {"role": "user", "content": "ok"})).replace(b"ok", b"\\ud83d\\ude00")
     assert _span(pair, MESSAGE) == b'"\\ud83d\\ude00"'  # a pair means the same character
-
-
-@tool
-def note(text: str) -> str:
-    """Note something down."""
-    return f"noted {text}"
 
 
 class Nothing(Recorder):

@@ -35,7 +35,8 @@ from fisk_sm.journal.records import (
 from fisk_sm.journal.snapshot import Snapshot, Usage
 from fisk_sm.loop.harness import RunOptions
 from fisk_sm.loop.sessions import resume_session, start_session
-from fisk_sm.model.blocks import Message, message_of
+from fisk_sm.model.blocks import message_of
+from fisk_sm.model.later import later_all
 from fisk_sm.testing import FakeMessagesAPI, Reply
 
 FIXTURES = Path(__file__).parent / "fixtures" / "compat"
@@ -317,7 +318,7 @@ def test_a_deferred_message_equals_the_built_one_and_hands_out_its_own_lists() -
         loads.append(arg)
         return wire
 
-    (later,) = Message.later_all(load, ["assistant"], [5])
+    (later,) = later_all(load, ["assistant"], [5])
     first, second = later.to_json(), later.to_json()
     assert (
         first == second == message_of(wire).to_json() and first["content"] is not second["content"]

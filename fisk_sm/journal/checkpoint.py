@@ -12,7 +12,7 @@ match the journal's bytes trusts those bytes as checked when the checkpoint was 
 checks them with one hash pass, decodes the meta and the lines after the checkpoint (each
 checked as ever), folds on from the checkpoint's facts, and keeps each earlier message as its
 bytes: the next request sends them as they are (`Message.raw`), and they are decoded only if
-something reads the message (`Message.later_all`). The few that cannot be sent so (a merged
+something reads the message (`fisk_sm.model.later`). The few that cannot be sent so (a merged
 user message, a line msgspec refuses) are read by the fold. Anything else (no checkpoint, one
 that does not parse, of another version, or whose size or digest does not match: a torn, cut
 or corrupted journal, a flipped byte) falls back to reading every line, to the same records
@@ -53,7 +53,7 @@ from fisk_sm.journal.wirebytes import (
     Loader,
     value_span,
 )
-from fisk_sm.model.blocks import Message
+from fisk_sm.model.later import later_all
 
 __all__ = [
     "EVERY",
@@ -305,7 +305,7 @@ def restore(base: Checkpoint, meta: Meta, table: Table | None, data: bytes, trac
     prompt = parts[0] == 4 + MIXED  # the first message is the prompt alone, as it mostly is
     roles = base.roles[prompt:].translate(_NAMES).split()
     loader = Loader(data, parts, meta.prompt)
-    later = Message.later_all(loader.load, roles, at[prompt:], loader.pieces)
+    later = later_all(loader.load, roles, at[prompt:], loader.pieces)
     run.messages = messages = [run.messages[0], *later] if prompt else later
     for index in base.decoded:
         messages[index].to_json()  # read now (the resume's worker thread), not by a request

@@ -24,7 +24,7 @@ import msgspec
 
 from fisk_sm.config.jsontypes import JSONObject
 from fisk_sm.journal.decode import _loads
-from fisk_sm.model.blocks import Block, Message, TextBlock, block_of, message_of
+from fisk_sm.model.blocks import Block, Message, Pieces, TextBlock, block_of, message_of
 
 __all__ = [
     "MESSAGE",
@@ -35,7 +35,6 @@ __all__ = [
     "RESULT",
     "RESULTS",
     "Loader",
-    "Pieces",
     "value_span",
 ]
 
@@ -68,8 +67,6 @@ _result_line = msgspec.json.Decoder(_ResultLine).decode
 #: Where each field's value is looked for: after the first of these keys, the last one's value.
 _KEYS = ((b'"message":', b'"content":'), (b'"result":',))
 _NONE = (0, 0)
-#: A message's JSON in pieces, to be joined (`Message.raw`).
-Pieces = tuple[bytes | memoryview, ...]
 
 
 def value_span(data: bytes, start: int, end: int, field: int) -> tuple[int, int]:

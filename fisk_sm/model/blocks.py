@@ -17,16 +17,14 @@ with no id) is an `OtherBlock`: kept, never read. bench/messages.py measured thi
 Records are frozen, and `source` must never be mutated: `to_json()` hands it out, so whoever
 changes a block for the wire (`cache_control`) copies it first.
 
-Deferred. A resumed conversation is mostly history that nothing reads until the next request is
-built, so a `Message` may be made with its wire form still to be read (`Message.later_all`, used
-by `fisk_sm.journal.checkpoint` for the messages before a journal's checkpoint). The wire form is
-read once, on first use, and kept; the blocks are built from it once, on first use of `content`.
-Such a message is then equal to, and writes the same JSON as, the one built at once.
+A resumed conversation's history is made of messages whose wire form is read on first use
+(`fisk_sm.model.later`), and which until then give their JSON as the journal's own bytes
+(`Message.raw`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import TypeAlias
 
 import attrs
@@ -37,6 +35,7 @@ __all__ = [
     "Block",
     "Message",
     "OtherBlock",
+    "Pieces",
     "RedactedThinkingBlock",
     "ServerToolUseBlock",
     "TextBlock",
@@ -265,7 +264,7 @@ def blocks_json(blocks: Iterable[Block]) -> list[JSONObject]:
 
 
 #: A message's JSON in pieces to be joined (`Message.raw`).
-_Pieces: TypeAlias = tuple[bytes | memoryview, ...]
+Pieces: TypeAlias = tuple[bytes | memoryview, ...]
 
 
 @attrs.frozen
@@ -275,31 +274,9 @@ class Message:
     role: str
     content: str | tuple[Block, ...]
 
-    @staticmethod
-    def later_all(
-        load: Callable[[object], JSONObject],
-        roles: Iterable[str],
-        args: Iterable[object],
-        raw: Callable[[object, str], _Pieces | None] | None = None,
-    ) -> list[Message]:
-        """For each `role` of `roles` and `arg` of `args`, the message whose wire form
-        (`{"role": role, "content": ...}`, as `to_json()` gives it) is `load(arg)`, called once,
-        on first use; its content is built from that form when first read (`message_of`), once.
-        Such a message is equal to, and writes the same JSON as, the one built at once. Until
-        it is read, `raw(arg, role)` gives its JSON in pieces, if it can (`Message.raw`); they
-        are kept, and `load` then decodes them (a tuple) instead of reading `arg`."""
-        messages: list[Message] = []
-        append, new, set_role, set_load = messages.append, _new, _ROLE.__set__, _LOADS.__set__
-        for role, arg in zip(roles, args, strict=True):
-            message = new(_Later)
-            set_role(message, role)
-            set_load(message, (load, arg, raw))
-            append(message)
-        return messages
-
-    def raw(self) -> _Pieces | None:
+    def raw(self) -> Pieces | None:
         """The message's JSON already encoded, in pieces to be joined (for a resumed
-        conversation, views of the journal's own bytes: `later_all`), the same JSON as
+        conversation, views of the journal's own bytes: `fisk_sm.model.later`), the same JSON as
         `to_json()`; None: encode that."""
         return None
 
@@ -314,94 +291,6 @@ class Message:
         """The content as blocks (a string is one text block)."""
         content = self.content
         return (TextBlock(content, None),) if isinstance(content, str) else content
-
-
-_new = object.__new__
-#: `Message`'s own slots, which `_Later` fills past the frozen class's guard.
-_ROLE, _CONTENT = Message.__dict__["role"], Message.__dict__["content"]
-
-
-class _Later(Message):
-    """A message made by `Message.later_all`: its wire form is read on first use and kept, and
-    its content built from it on first read and kept. One object per message (a resume makes
-    thousands), equal to the `Message` built at once, whose class it extends for `isinstance`
-    and the converters."""
-
-    __slots__ = ("_loads", "_wire")
-    _loads: tuple[
-        Callable[[object], JSONObject], object, Callable[[object, str], _Pieces | None] | None
-    ]
-    _wire: JSONObject
-
-    @property
-    def content(self) -> str | tuple[Block, ...]:
-        try:
-            content: str | tuple[Block, ...] = _CONTENT.__get__(self, Message)
-        except AttributeError:  # not built yet
-            content = message_of(self._wire_form()).content
-            _CONTENT.__set__(self, content)
-        return content
-
-    @content.setter
-    def content(self, value: str | tuple[Block, ...]) -> None:  # the class's `__init__` and copy
-        _CONTENT.__set__(self, value)
-
-    def raw(self) -> _Pieces | None:
-        try:
-            load, arg, raw = self._loads
-        except AttributeError:  # read already
-            return None
-        if type(arg) is tuple or raw is None:
-            return arg if type(arg) is tuple else None
-        pieces = raw(arg, self.role)
-        if pieces is not None:
-            _LOADS.__set__(self, (load, pieces, raw))
-        return pieces
-
-    def _wire_form(self) -> JSONObject:
-        """The wire form, read on the first call and kept; a loader of anything but the bytes
-        themselves is then dropped, and with it what it held (a journal's bytes). Two threads
-        may both read it: the same form."""
-        try:
-            wire: JSONObject = self._wire
-        except AttributeError:
-            try:
-                load, arg, _ = self._loads
-            except AttributeError:  # another thread read it meanwhile
-                return self._wire
-            wire = load(arg)
-            _WIRE.__set__(self, wire)
-            if type(arg) is not tuple:
-                _LOADS.__delete__(self)
-        return wire
-
-    def to_json(self) -> JSONObject:
-        try:
-            _CONTENT.__get__(self, Message)
-        except AttributeError:  # no blocks built: none needed
-            wire = self._wire_form()["content"]
-            if type(wire) is list:
-                wire = list(wire)  # a list of its own, as a built message gives
-            return {"role": self.role, "content": wire}
-        return super().to_json()
-
-    def __eq__(self, other: object) -> bool:
-        # Python asks a subclass first, from either side: so `Message(...) == later` lands here.
-        if not isinstance(other, Message):
-            return NotImplemented
-        return (self.role, self.content) == (other.role, other.content)
-
-    def __ne__(self, other: object) -> bool:
-        equal = self.__eq__(other)
-        return equal if equal is NotImplemented else not equal
-
-    __hash__ = Message.__hash__
-
-    def __repr__(self) -> str:
-        return f"Message(role={self.role!r}, content={self.content!r})"
-
-
-_LOADS, _WIRE = _Later.__dict__["_loads"], _Later.__dict__["_wire"]
 
 
 #: The block types every reply is checked for (`fisk_sm.model.reply`): one of these that does
