@@ -19,7 +19,7 @@ import shutil
 import sqlite3
 import statistics
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
@@ -132,9 +132,16 @@ async def durable_many(root: Path, runs: int, per_run: int, repeats: int) -> dic
 # --- LangGraph's get_state on the same conversation (figure 3's baseline) ------------------------
 
 
-def langgraph_get_state(messages: list[dict[str, Any]], db: Path, rounds: int) -> dict[str, float]:
+def langgraph_get_state(
+    messages: list[dict[str, Any]],
+    db: Path,
+    rounds: int,
+    then: Callable[[list[dict[str, Any]]], object] | None = None,
+) -> dict[str, float]:
     """Median seconds of `graph.get_state(config)` for a thread whose last checkpoint holds
-    `messages`, with a file-backed `SqliteSaver` and an `InMemorySaver`; {} without langgraph."""
+    `messages`, with a file-backed `SqliteSaver` and an `InMemorySaver`; {} without langgraph.
+    With `then`, each sample also times `then(the state's messages)`, under names of their own
+    (`<saver> + then`)."""
     try:
         from langgraph.checkpoint.memory import InMemorySaver
         from langgraph.graph import END, START, StateGraph
@@ -161,12 +168,17 @@ def langgraph_get_state(messages: list[dict[str, Any]], db: Path, rounds: int) -
         compiled.update_state(config, {"messages": messages, "iteration": 1000}, as_node="call")
         if len(compiled.get_state(config).values["messages"]) != len(messages):
             raise RuntimeError("LangGraph did not keep the conversation")
-        times = []
+        times, after = [], []
         for _ in range(rounds):
             start = time.perf_counter()
-            compiled.get_state(config)
+            state = compiled.get_state(config)
             times.append(time.perf_counter() - start)
+            if then is not None:
+                then(state.values["messages"])
+                after.append(time.perf_counter() - start)
         out[name] = statistics.median(times)
+        if after:
+            out[f"{name} + then"] = statistics.median(after)
     connection.close()
     return out
 

@@ -29,6 +29,9 @@ of:
   sends it (`ModelRequest.body()`: the messages before the checkpoint spliced in as the
   journal's own bytes, never decoded; in a tree without it, `params()` JSON-encoded): the
   real cost of a resume up to its request;
+* LangGraph's `get_state` + request body: the state, then its conversation JSON-encoded as the
+  SDK encodes a request body (the least its next call pays: the state holds plain dicts here,
+  so no LangChain message is converted); the rows with a request body are also compared with it;
 * in a running loop, + its body, in it: the same two, each sample a resume on one event loop
   that keeps running (as a supervisor's does), so without the cost of a new loop and its
   worker thread (about 0.5 ms) that each `asyncio.run` above pays.
@@ -70,6 +73,8 @@ MODES = (
     "+ its body, in it",
 )
 LG_FILE, LG_MEMORY = "SqliteSaver (file)", "InMemorySaver"
+#: LangGraph's rows that also encode the state's conversation as a request body.
+LG_BODY = " + request body"
 TARGET = 0.5  # open + fold over get_state (file)
 
 
@@ -198,7 +203,15 @@ def floor(path: Path, repeats: int) -> float:
 def langgraph_child(messages: Path, db: Path, repeats: int) -> dict[str, Any]:
     from journal_scale import langgraph_get_state
 
-    return langgraph_get_state(json.loads(messages.read_text()), db, repeats)
+    encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+
+    def body(conversation: list[dict[str, Any]]) -> bytes:
+        """The least LangGraph's next call pays for its request: the SDK's JSON encoding of the
+        conversation (no conversion of LangChain messages: the state holds plain dicts)."""
+        return encode({"max_tokens": 1024, "messages": conversation, "model": "m"}).encode()
+
+    report = langgraph_get_state(json.loads(messages.read_text()), db, repeats, then=body)
+    return {name.replace(" + then", LG_BODY): seconds for name, seconds in report.items()}
 
 
 def run_child(args: list[str], tree: Path) -> dict[str, Any]:
@@ -279,7 +292,7 @@ def print_table(
         print(f"{mode:<22}{ms(old)} ({ms(old_best)}) {ms(new)} ({ms(new_best)})", end="")
         print(f" {new / old:7.2f}× {against}")
     for name, (median, best) in lg.items():
-        print(f"LangGraph get_state, {name:<20}{ms(median)} ({ms(best)})")
+        print(f"LangGraph get_state, {name:<34}{ms(median)} ({ms(best)})")
     print(f"floor: split + syntax + UTF-8 {ms(base)}", end="")
     print(f"  ({base / file[0]:.2f}× get_state)" if file else "")
     if file:
@@ -290,6 +303,11 @@ def print_table(
             verdict = "met" if ratio <= TARGET else "MISSED"
             print(f"target: {mode} ≤ {TARGET}× get_state (file): {ratio:.2f}× — {verdict}", end="")
             print(f" (best against best: {best:.2f}×)")
+        body = lg.get(LG_FILE + LG_BODY)
+        for mode in (MODES[4], MODES[6]) if body else ():  # each side's request built
+            ratio = statistics.median(samples["new", mode]) / body[0]
+            print(f"{mode} against get_state{LG_BODY} (file): {ratio:.2f}×", end="")
+            print(f" (best against best: {min(samples['new', mode]) / body[1]:.2f}×)")
     else:
         print("\nLangGraph: not installed, skipped (pip install -e '.[bench]' to include it)")
 
