@@ -10,7 +10,9 @@ the same JSON as, the one built at once.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Iterable
+from itertools import repeat
 
 from fisk_sm.config.jsontypes import JSONObject
 from fisk_sm.model.blocks import Block, Message, Pieces, message_of
@@ -30,13 +32,15 @@ def later_all(
     Such a message is equal to, and writes the same JSON as, the one built at once. Until
     it is read, `raw(arg, role)` gives its JSON in pieces, if it can (`Message.raw`); they
     are kept, and `load` then decodes them (a tuple) instead of reading `arg`."""
-    messages: list[Message] = []
-    append, new, set_role, set_load = messages.append, _new, _ROLE.__set__, _LOADS.__set__
-    for role, arg in zip(roles, args, strict=True):
-        message = new(_Later)
-        set_role(message, role)
-        set_load(message, (load, arg, raw))
-        append(message)
+    roles, args = list(roles), list(args)
+    if len(roles) != len(args):
+        raise ValueError(f"later_all: {len(roles)} roles for {len(args)} messages")
+    # A resume makes thousands: each slot is set by a map in C, with no frame per message.
+    messages: list[Message] = list(map(_new, repeat(_Later, len(roles))))
+    consume = deque[object](maxlen=0).extend
+    consume(map(_ROLE.__set__, messages, roles))
+    consume(map(_SOURCE.__set__, messages, repeat((load, raw))))
+    consume(map(_ARG.__set__, messages, args))
     return messages
 
 
@@ -51,10 +55,11 @@ class _Later(Message):
     thousands), equal to the `Message` built at once, whose class it extends for `isinstance`
     and the converters."""
 
-    __slots__ = ("_loads", "_wire")
-    _loads: tuple[
-        Callable[[object], JSONObject], object, Callable[[object, str], Pieces | None] | None
-    ]
+    __slots__ = ("_arg", "_source", "_wire")
+    #: What to read the wire form from (`load`'s argument), or its pieces once made.
+    _arg: object
+    #: `later_all`'s `load` and `raw`, one pair for all the messages of a call.
+    _source: tuple[Callable[[object], JSONObject], Callable[[object, str], Pieces | None] | None]
     _wire: JSONObject
 
     @property
@@ -72,14 +77,15 @@ class _Later(Message):
 
     def raw(self) -> Pieces | None:
         try:
-            load, arg, raw = self._loads
+            arg = self._arg
         except AttributeError:  # read already
             return None
-        if type(arg) is tuple or raw is None:
-            return arg if type(arg) is tuple else None
-        pieces = raw(arg, self.role)
+        if type(arg) is tuple:
+            return arg  # pieces, as `raw` made them
+        make = self._source[1]
+        pieces = None if make is None else make(arg, self.role)
         if pieces is not None:
-            _LOADS.__set__(self, (load, pieces, raw))
+            _ARG.__set__(self, pieces)
         return pieces
 
     def _wire_form(self) -> JSONObject:
@@ -90,13 +96,13 @@ class _Later(Message):
             wire: JSONObject = self._wire
         except AttributeError:
             try:
-                load, arg, _ = self._loads
+                arg = self._arg
             except AttributeError:  # another thread read it meanwhile
                 return self._wire
-            wire = load(arg)
+            wire = self._source[0](arg)
             _WIRE.__set__(self, wire)
             if type(arg) is not tuple:
-                _LOADS.__delete__(self)
+                _ARG.__delete__(self)
         return wire
 
     def to_json(self) -> JSONObject:
@@ -125,4 +131,4 @@ class _Later(Message):
         return f"Message(role={self.role!r}, content={self.content!r})"
 
 
-_LOADS, _WIRE = _Later.__dict__["_loads"], _Later.__dict__["_wire"]
+_ARG, _SOURCE, _WIRE = (_Later.__dict__[name] for name in ("_arg", "_source", "_wire"))
