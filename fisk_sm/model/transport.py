@@ -18,9 +18,11 @@ shared clients are per loop already (`fisk_sm.model.clients`), so for them this 
 `close_soon` closes clients that a closed loop left behind, from the running loop.
 
 A plain (not streamed) call, as `AnthropicModel` makes it, goes through the SDK's own
-`client.post` (its documented way to call any endpoint) with the body encoded here, rather than
-`messages.create`. Everything that makes a call a call stays the SDK's: the request, its headers,
-retries, timeouts, cancellation and the mapping of error statuses. What is skipped is what
+`client.post` (its documented way to call any endpoint) with the body built by
+`ModelRequest.body` (encoded here, message by message; a resumed conversation's history
+spliced in as the journal's own bytes), rather than `messages.create`. Everything that makes
+a call a call stays the SDK's: the request, its headers, retries, timeouts, cancellation and
+the mapping of error statuses. What is skipped is what
 `messages.create` adds on top for no one, 13 to 30% of a call's own CPU through the engine
 (`bench/model_call.py`): its copy of the whole conversation to prepare it for JSON (the body here
 is plain JSON already), the raw-response wrapper, and an OpenTelemetry span that nothing records.
