@@ -15,6 +15,7 @@ from test_resume_speed import FIXTURES, checkpointed, every_line, lines, note, r
 from fisk_sm.events.types import Event, Recorder, RunResumed
 from fisk_sm.journal import checkpoint, wirebytes
 from fisk_sm.journal.checkpoint import checkpoint_path
+from fisk_sm.journal.decode import decode
 from fisk_sm.journal.filestore import FileStore
 from fisk_sm.journal.records import Assistant, ToolResult, User, encode
 from fisk_sm.journal.snapshot import Usage
@@ -113,12 +114,12 @@ def _line(record: Any) -> bytes:
     return (encode(record) + "\n").encode()
 
 
-def _span(line: bytes, field: int) -> bytes | None:
-    start, end = value_span(line, 0, len(line) - 1, field)
+def _span(line: bytes, field: int, record: Any = None) -> bytes | None:
+    start, end = value_span(line, 0, len(line) - 1, field, record or decode(line[:-1]))
     return line[start:end] if end else None
 
 
-def test_a_span_is_the_value_msgspec_reads_where_its_key_is_or_none() -> None:
+def test_a_span_is_the_value_the_record_holds_as_msgspec_writes_it_or_none() -> None:
     content = [{"type": "text", "text": 'say "message": é'}]
     line = _line(Assistant(2, 1, {"role": "assistant", "content": content}, "end_turn", Usage()))
     assert json.loads(_span(line, MESSAGE) or b"") == content
@@ -132,12 +133,18 @@ def test_a_span_is_the_value_msgspec_reads_where_its_key_is_or_none() -> None:
         b'{"seq":2,"message":{"role":"user","content": "hi"},"type":"user"}\n',
         b'{"seq":2,"message":{"role":"user","content":"a\\ud800b"},"type":"user"}\n',  # lone
         b'{"seq":2,"message":{"role":"user","content":NaN},"type":"user"}\n',
-        b'{"seq":3,"x":{"result":1},"result":{"type":"tool_result"},"type":"tool_result"}\n',
         b'{"seq":2,"message":{"role":"user"},"type":"user"}\n',  # no content
+        b'{"seq":2,"message":{"role":"user","content":"\\u00e9"},"type":"user"}\n',  # escaped
+        b'{"seq":2,"message":{"role":"user","content":[1e+16]},"type":"user"}\n',  # msgspec: 1e16
     ]
-    assert [_span(u, RESULT if b"result" in u else MESSAGE) for u in unread] == [None] * 5
-    pair = _line(User(2, {"role": "user", "content": "ok"})).replace(b"ok", b"\\ud83d\\ude00")
-    assert _span(pair, MESSAGE) == b'"\\ud83d\\ude00"'  # a pair means the same character
+    assert [_span(u, MESSAGE) for u in unread] == [None] * 6
+    # a key met first inside another value: its bytes there are not the record's result
+    line = b'{"seq":3,"x":{"result":1},"result":{"type":"tool_result"},"type":"tool_result"}\n'
+    assert _span(line, RESULT, ToolResult(3, "t", {"type": "tool_result"})) is None
+    emoji = _line(User(2, {"role": "user", "content": "\U0001f600"}))
+    assert _span(emoji, MESSAGE) == '"\U0001f600"'.encode()  # as the journal writes it
+    pair = emoji.replace("\U0001f600".encode(), b"\\ud83d\\ude00")  # the same, escaped
+    assert _span(pair, MESSAGE) is None  # (decoded: the same character goes out)
 
 
 class Nothing(Recorder):

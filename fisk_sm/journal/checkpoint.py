@@ -226,7 +226,7 @@ def take(
                 start,
                 end,
                 field,
-                *value_span(data, start, end, field),
+                *value_span(data, start, end, field, record),
             )
         start = end + 1
     table, at, decoded = array.array("q"), array.array("q"), []

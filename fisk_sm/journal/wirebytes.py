@@ -4,15 +4,18 @@ A checkpoint (`fisk_sm.journal.checkpoint`) says where each message of the conve
 the journal: the records it is made of, and in each record's line the span of the JSON value
 the message takes from it (`value_span`): the `content` of an assistant or a user record's
 `message`, or a tool result's `result`. `Loader.load` decodes a message from its lines, as the
-fold would have built it; `Loader.raw` gives the message's JSON as the very bytes the journal
+fold would have built it; `Loader.pieces` gives the message's JSON as the very bytes the journal
 holds, with no decoding at all, when every part of it has a span. A resumed run's next request
 splices those bytes into its body (`ModelRequest.body`), so that a resume decodes none of the
 history it sends.
 
-A span is kept only when the bytes mean exactly what the decoded message sends: the value
-found where the line's key says, equal byte for byte to what msgspec reads there. A line that
-msgspec refuses (a lone surrogate's escape, which a resume sends as U+FFFD, or NaN) has none,
-and is left to the decoder (`fisk_sm.journal.decode._loads`).
+A span is kept only when the bytes mean exactly what the decoded message sends: they are, byte
+for byte, msgspec's encoding of the value the record holds (as the fold read it), found where
+the line's key says; JSON values delimit themselves, so those bytes decode to that very value.
+A line written otherwise (an escape where the journal's encoder writes the character, a space
+after a colon) or holding what msgspec does not write back as read (a lone surrogate's escape,
+which a resume sends as U+FFFD; NaN) has none, and is left to the decoder
+(`fisk_sm.journal.decode._loads`).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import msgspec
 
 from fisk_sm.config.jsontypes import JSONObject
 from fisk_sm.journal.decode import _loads
+from fisk_sm.journal.records import Assistant, Record, ToolResult, User
 from fisk_sm.model.blocks import Block, Message, Pieces, TextBlock, block_of, message_of
 
 __all__ = [
@@ -50,34 +54,23 @@ PART = 6
 _FIELDS = ("message", "result")
 
 
-class _Content(msgspec.Struct):
-    content: msgspec.Raw
-
-
-class _MessageLine(msgspec.Struct):
-    message: _Content
-
-
-class _ResultLine(msgspec.Struct):
-    result: msgspec.Raw
-
-
-_message_line = msgspec.json.Decoder(_MessageLine).decode
-_result_line = msgspec.json.Decoder(_ResultLine).decode
+_encode = msgspec.json.Encoder().encode
+#: Stands for a message with no content: it encodes to nothing any line holds.
+_NOTHING = object()
 #: Where each field's value is looked for: after the first of these keys, the last one's value.
 _KEYS = ((b'"message":', b'"content":'), (b'"result":',))
 _NONE = (0, 0)
 
 
-def value_span(data: bytes, start: int, end: int, field: int) -> tuple[int, int]:
-    """The span of the value a message takes from the line `data[start:end]` holding `field`
-    (MESSAGE: its message's content; RESULT: its result), or (0, 0) if it has none that can be
-    sent as it is (see the module)."""
-    view = memoryview(data)
-    line = view[start:end]
-    try:
-        raw = _message_line(line).message.content if field == MESSAGE else _result_line(line).result
-    except msgspec.DecodeError:
+def value_span(data: bytes, start: int, end: int, field: int, record: Record) -> tuple[int, int]:
+    """The span of the value a message takes from `record`, on the line `data[start:end]`
+    holding `field` (MESSAGE: its message's content; RESULT: its result), or (0, 0) if it has
+    none that can be sent as it is (see the module)."""
+    if isinstance(record, ToolResult) and field == RESULT:
+        value: object = record.result
+    elif isinstance(record, Assistant | User) and field == MESSAGE:
+        value = record.message.get("content", _NOTHING)
+    else:
         return _NONE
     at = start
     for key in _KEYS[field]:
@@ -85,10 +78,14 @@ def value_span(data: bytes, start: int, end: int, field: int) -> tuple[int, int]
         if at < 0:
             return _NONE
         at += len(key)
-    value = memoryview(raw)
-    if view[at : at + value.nbytes] != value:  # spaces after a colon, a key met earlier
+    try:
+        encoded = _encode(value)
+    except (TypeError, ValueError):  # (no JSON of it: not a value any line holds)
         return _NONE
-    return at, at + value.nbytes
+    last = at + len(encoded)
+    if last > end or not data.startswith(encoded, at):  # spaces, escapes, another key first
+        return _NONE
+    return at, last
 
 
 #: What goes around the one value of a message of one part, by its table head and role.
