@@ -19,7 +19,7 @@ from fisk_sm.journal.decode import decode
 from fisk_sm.journal.filestore import FileStore
 from fisk_sm.journal.records import Assistant, ToolResult, User, encode
 from fisk_sm.journal.snapshot import Usage
-from fisk_sm.journal.wirebytes import MESSAGE, RESULT, value_span
+from fisk_sm.journal.wirebytes import value_span
 from fisk_sm.loop.harness import RunOptions
 from fisk_sm.loop.sessions import resume_session, start_session
 from fisk_sm.model.anthropic import ModelRequest
@@ -114,21 +114,21 @@ def _line(record: Any) -> bytes:
     return (encode(record) + "\n").encode()
 
 
-def _span(line: bytes, field: int, record: Any = None) -> bytes | None:
-    start, end = value_span(line, 0, len(line) - 1, field, record or decode(line[:-1]))
+def _span(line: bytes, record: Any = None) -> bytes | None:
+    start, end = value_span(line, 0, len(line) - 1, record or decode(line[:-1]))
     return line[start:end] if end else None
 
 
 def test_a_span_is_the_value_the_record_holds_as_msgspec_writes_it_or_none() -> None:
     content = [{"type": "text", "text": 'say "message": é'}]
     line = _line(Assistant(2, 1, {"role": "assistant", "content": content}, "end_turn", Usage()))
-    assert json.loads(_span(line, MESSAGE) or b"") == content
+    assert json.loads(_span(line) or b"") == content
     result = {"type": "tool_result", "tool_use_id": 'x"result":', "content": "ok"}
     line = _line(ToolResult(3, 'x"result":', result))
-    assert json.loads(_span(line, RESULT) or b"") == result
+    assert json.loads(_span(line) or b"") == result
     # content before role, and keys of its own after it: still the content
     line = b'{"seq":2,"message":{"content":"hi","role":"user","x":[1]},"type":"user"}\n'
-    assert _span(line, MESSAGE) == b'"hi"'
+    assert _span(line) == b'"hi"'
     unread = [
         b'{"seq":2,"message":{"role":"user","content": "hi"},"type":"user"}\n',
         b'{"seq":2,"message":{"role":"user","content":"a\\ud800b"},"type":"user"}\n',  # lone
@@ -137,14 +137,14 @@ def test_a_span_is_the_value_the_record_holds_as_msgspec_writes_it_or_none() -> 
         b'{"seq":2,"message":{"role":"user","content":"\\u00e9"},"type":"user"}\n',  # escaped
         b'{"seq":2,"message":{"role":"user","content":[1e+16]},"type":"user"}\n',  # msgspec: 1e16
     ]
-    assert [_span(u, MESSAGE) for u in unread] == [None] * 6
+    assert [_span(u) for u in unread] == [None] * 6
     # a key met first inside another value: its bytes there are not the record's result
     line = b'{"seq":3,"x":{"result":1},"result":{"type":"tool_result"},"type":"tool_result"}\n'
-    assert _span(line, RESULT, ToolResult(3, "t", {"type": "tool_result"})) is None
+    assert _span(line, ToolResult(3, "t", {"type": "tool_result"})) is None
     emoji = _line(User(2, {"role": "user", "content": "\U0001f600"}))
-    assert _span(emoji, MESSAGE) == '"\U0001f600"'.encode()  # as the journal writes it
+    assert _span(emoji) == '"\U0001f600"'.encode()  # as the journal writes it
     pair = emoji.replace("\U0001f600".encode(), b"\\ud83d\\ude00")  # the same, escaped
-    assert _span(pair, MESSAGE) is None  # (decoded: the same character goes out)
+    assert _span(pair) is None  # (decoded: the same character goes out)
 
 
 class Nothing(Recorder):

@@ -107,7 +107,7 @@ class Checkpoint(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     terminal: tuple[int, str, str | None] | None
     #: Each message's role, one letter (`_ROLES`).
     roles: str
-    #: The messages that cannot be sent as the journal's bytes (`wirebytes.Loader.raw`), by
+    #: The messages that cannot be sent as the journal's bytes (`wirebytes.Loader.pieces`), by
     #: index: `restore` reads them at once.
     decoded: list[int]
     #: Each message's parts, as 64-bit little-endian integers (`_array`): a head,
@@ -156,8 +156,9 @@ def load_checkpoint(journal: Path, data: bytes) -> Checkpoint | None:
 def _consistent(found: Checkpoint) -> bool:
     """Whether the checkpoint's table is one this module wrote, whole (its seal holds). A
     checkpoint is trusted like the journal beside it, in the same private directory: a hand-made
-    one whose table does not read falls back to reading every line (`Records.fold`), and one that
-    points at the wrong lines fails the resume when the messages are read, naming the file."""
+    one whose table does not read, or whose messages `restore` reads do not, falls back to
+    reading every line (`Records.fold`); the spans of the others are sent as they point, like
+    any other fact of a sealed table."""
     table = _array(found.table)
     if table is None or len(table) <= PART or not found.roles or set(found.roles) - set(_ROLE_OF):
         return False
@@ -226,7 +227,7 @@ def take(
                 start,
                 end,
                 field,
-                *value_span(data, start, end, field, record),
+                *value_span(data, start, end, record),
             )
         start = end + 1
     table, at, decoded = array.array("q"), array.array("q"), []
@@ -234,8 +235,10 @@ def take(
     for index, (first, after) in enumerate(itertools.pairwise(bounds)):
         mark(len(table))
         entries = [spots[part] for part in sources[first:after]]
-        how = RESULTS if all(entry[3] == RESULT for entry in entries) else MIXED
-        how = _HOW[entries[0][3]] if len(entries) == 1 else how
+        if len(entries) == 1:
+            how = _HOW[entries[0][3]]
+        else:
+            how = RESULTS if all(entry[3] == RESULT for entry in entries) else MIXED
         table.append(4 * len(entries) + how)  # (4: the head's count, whatever PART is)
         for entry in entries:
             extend(entry)

@@ -51,6 +51,8 @@ ONE, RESULTS, MIXED = 0, 1, 2
 #: The integers of one part in a checkpoint's table: the seq of its record, the start and end
 #: of its line, its field (MESSAGE, RESULT, PROMPT), and the span of its value (0, 0: none).
 PART = 6
+#: Where the span of its value starts in a part (its end is the next integer).
+_SPAN = 4
 _FIELDS = ("message", "result")
 
 
@@ -62,18 +64,19 @@ _KEYS = ((b'"message":', b'"content":'), (b'"result":',))
 _NONE = (0, 0)
 
 
-def value_span(data: bytes, start: int, end: int, field: int, record: Record) -> tuple[int, int]:
-    """The span of the value a message takes from `record`, on the line `data[start:end]`
-    holding `field` (MESSAGE: its message's content; RESULT: its result), or (0, 0) if it has
-    none that can be sent as it is (see the module)."""
-    if isinstance(record, ToolResult) and field == RESULT:
-        value: object = record.result
-    elif isinstance(record, Assistant | User) and field == MESSAGE:
-        value = record.message.get("content", _NOTHING)
+def value_span(data: bytes, start: int, end: int, record: Record) -> tuple[int, int]:
+    """The span of the value a message takes from `record`, on the line `data[start:end]` (an
+    assistant or a user record's message's content, a tool result's result), or (0, 0) if it
+    has none that can be sent as it is (see the module)."""
+    value: object
+    if isinstance(record, ToolResult):
+        value, keys = record.result, _KEYS[RESULT]
+    elif isinstance(record, Assistant | User):
+        value, keys = record.message.get("content", _NOTHING), _KEYS[MESSAGE]
     else:
         return _NONE
     at = start
-    for key in _KEYS[field]:
+    for key in keys:
         at = data.find(key, at, end)
         if at < 0:
             return _NONE
@@ -113,11 +116,12 @@ class Loader:
         table, position = self.table, cast(int, item)  # a position, as `restore` gives it
         fix = _FIXES.get((table[position], role))
         if fix is not None:  # one part: most messages
-            end = table[position + 6]
-            return (fix[0], self.view[table[position + 5] : end], fix[1]) if end else None
+            first = position + 1 + _SPAN
+            end = table[first + 1]
+            return (fix[0], self.view[table[first] : end], fix[1]) if end else None
         data = self.view
         head = table[position]
-        first = position + 1 + 4
+        first = position + 1 + _SPAN
         last = first + PART * (head >> 2)
         starts, ends = table[first:last:PART], table[first + 1 : last : PART]
         if head & 3 != RESULTS or not all(ends):
