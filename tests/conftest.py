@@ -1,4 +1,5 @@
-"""Shared fixtures: a loopback fake Messages API and runs wired to it through the real SDK."""
+"""Shared fixtures: a loopback fake Messages API and runs wired to it through the real SDK, and a
+group-commit writer of a test's own."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import pytest
 from nats.aio.client import Client
 
 from fisk_sm import AgentConfig, MemoryJournal, Recorder, Run, Tool, parse_config
+from fisk_sm.journal import filejournal
+from fisk_sm.journal.writer import GroupCommitWriter
 from fisk_sm.loop.harness import RunOptions
 from fisk_sm.operator.prompter import Prompter
 from fisk_sm.testing import FakeMessagesAPI
@@ -23,6 +26,14 @@ ROOT = Path(__file__).resolve().parents[1]
 def api() -> Iterator[FakeMessagesAPI]:
     with FakeMessagesAPI() as fake:
         yield fake
+
+
+@pytest.fixture
+def writer(monkeypatch: pytest.MonkeyPatch) -> GroupCommitWriter:
+    """A group-commit writer of the test's own, standing in for the process's shared one."""
+    mine = GroupCommitWriter()
+    monkeypatch.setattr(filejournal, "shared_writer", lambda: mine)
+    return mine
 
 
 def make_config(api: FakeMessagesAPI, **budget: Any) -> AgentConfig:

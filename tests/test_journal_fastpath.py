@@ -111,13 +111,6 @@ def writer_only(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def writer(monkeypatch: pytest.MonkeyPatch) -> GroupCommitWriter:
-    mine = GroupCommitWriter()
-    monkeypatch.setattr(filejournal, "shared_writer", lambda: mine)
-    return mine
-
-
-@pytest.fixture
 def fsyncs(monkeypatch: pytest.MonkeyPatch) -> Fsyncs:
     spy = Fsyncs(os.fsync)
     monkeypatch.setattr(os, "fsync", spy)
