@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from typing import ClassVar
 
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Input, OptionList, Static
@@ -43,7 +44,7 @@ class ApprovalDialog(ModalScreen[Approval]):
     """May this gated call run? `o` once, `a` always, `n` (or `d`, Escape) deny."""
 
     DEFAULT_CSS = CSS
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("o", "answer('once')", "once"),
         Binding("a", "answer('always')", "always"),
         Binding("n", "answer('no')", "deny"),
@@ -74,7 +75,7 @@ class ConfirmDialog(ModalScreen[bool]):
     """A yes/no question: `y` yes, `n` (or Escape) no."""
 
     DEFAULT_CSS = CSS
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("y", "answer(True)", "yes"),
         Binding("n", "answer(False)", "no"),
         Binding("escape", "answer(False)", "no", show=False),
@@ -98,7 +99,7 @@ class SelectDialog(ModalScreen[int | None]):
     """One of several options (Enter chooses; Escape chooses none)."""
 
     DEFAULT_CSS = CSS
-    BINDINGS = [Binding("escape", "none", "none")]
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "none", "none")]
 
     def __init__(self, question: str, options: Sequence[str]) -> None:
         super().__init__()
@@ -123,7 +124,7 @@ class AskDialog(ModalScreen[str | None]):
     """A line of text (Enter answers; an empty answer stands for `default`; Escape: none)."""
 
     DEFAULT_CSS = CSS
-    BINDINGS = [Binding("escape", "none", "none")]
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "none", "none")]
 
     def __init__(self, question: str, default: str | None) -> None:
         super().__init__()
