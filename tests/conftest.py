@@ -83,6 +83,14 @@ async def nc(nats_url: str) -> AsyncIterator[Client]:
 SLOW_TIMEOUT = 600
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--update-tui-snapshots",
+        action="store_true",
+        help="rewrite tests/snapshots/tui/*.svg from the screens drawn (tests/tuikit.py)",
+    )
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Give slow tests the longer timeout, unless a test sets its own."""
     for item in items:
