@@ -10,7 +10,8 @@ import fisk_sm
 
 PACKAGE = Path(fisk_sm.__file__).parent
 #: Bottom to top. `testing` (the fake API) sits just below the command line that serves it;
-#: `client` (of the control API) below `ctl`, which shares its URL and token lookup.
+#: `client` (of the control API) below `ctl`, which shares its URL and token lookup; `tui` (the
+#: full-screen UI, an extra) on top: the command line names its command module as a string.
 LAYERS = [
     "config",
     "events",
@@ -24,6 +25,7 @@ LAYERS = [
     "client",
     "supervisor",
     "cli",
+    "tui",
 ]
 IMPORT = re.compile(r"^\s*(?:from|import)\s+fisk_sm\.(\w+)", re.MULTILINE)
 
@@ -59,6 +61,7 @@ HEAVY = (
     "uvicorn",
     "sse_starlette",
     "prompt_toolkit",
+    "textual",
 )
 CORE = LAYERS[: LAYERS.index("testing")]
 

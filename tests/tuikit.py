@@ -10,12 +10,24 @@ screen to settle, the size is fixed, and Textual is pinned to one version (pypro
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import re
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 from textual.app import App
+from textual.message import Message
 from textual.pilot import Pilot
+
+from fisk_sm.config.agent import load_config
+from fisk_sm.tui import command
+from fisk_sm.tui.app import LoopApp
+from fisk_sm.tui.command import add_tui_parser
+
+M = TypeVar("M", bound=Message)
 
 SNAPSHOTS = Path(__file__).resolve().parent / "snapshots" / "tui"
 #: The SVG window chrome's own colours: drawn around every screenshot, even with NO_COLOR.
@@ -52,3 +64,26 @@ def check_snapshot(app: App[object], name: str, config: pytest.Config, tmp: Path
         actual.write_text(svg, encoding="utf-8")
         pytest.fail(f"the screen differs from {path}; it drew {actual}")
     return svg
+
+
+def tui_args(*argv: str) -> argparse.Namespace:
+    """`fisk-sm tui ARGV` parsed, as the command line parses it."""
+    parser = argparse.ArgumentParser(prog="fisk-sm")
+    add_tui_parser(parser.add_subparsers(dest="command"))
+    return parser.parse_args(["tui", *argv])
+
+
+@contextlib.asynccontextmanager
+async def local_app(*argv: str) -> AsyncIterator[LoopApp]:
+    """The app `fisk-sm tui ARGV` builds (its runs opened within the block), checked as the
+    command checks its flags; NO_COLOR is left as the test set it."""
+    args = tui_args(*argv)
+    command._check(args)
+    config = load_config(args.config)
+    async with contextlib.AsyncExitStack() as stack:
+        yield command.app_for(args, config, stack)
+
+
+def messages_of(kind: type[M], seen: list[Message]) -> list[M]:
+    """The messages of one kind the app handled (`run_test(message_hook=seen.append)`)."""
+    return [m for m in seen if isinstance(m, kind)]

@@ -92,6 +92,11 @@ COMMANDS: dict[str, Command] = {
         "fisk_sm.cli.chat:cmd_chat",
         "chat with an agent: follow-up prompts in one conversation",
     ),
+    "tui": Command(
+        "fisk_sm.tui.command:add_tui_parser",
+        "fisk_sm.tui.command:cmd_tui",
+        "the full-screen UI: run, chat, step or operate in one terminal app",
+    ),
     "report": Command(
         "fisk_sm.cli.report:add_report_parser",
         "fisk_sm.cli.report:cmd_report",

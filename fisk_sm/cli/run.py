@@ -36,12 +36,13 @@ from fisk_sm.loop.replay import replay
 from fisk_sm.loop.run import Run
 from fisk_sm.loop.sessions import resume_session, start_session
 from fisk_sm.model.clients import warm_up
-from fisk_sm.operator.prompter import TerminalPrompter
+from fisk_sm.operator.prompter import Prompter, TerminalPrompter
 from fisk_sm.operator.sanitize import say
 from fisk_sm.tools.base import Tool
 
 if TYPE_CHECKING:
     from fisk_sm.events.otel import OtlpExport
+    from fisk_sm.model.anthropic import ModelClient
 
 __all__ = [
     "EXIT_ABORTED",
@@ -259,12 +260,17 @@ async def _main(
 
 @contextlib.asynccontextmanager
 async def opened_run(
-    args: argparse.Namespace, config: AgentConfig, events: Events
+    args: argparse.Namespace,
+    config: AgentConfig,
+    events: Events,
+    prompter: Prompter | None = None,
+    model: ModelClient | None = None,
 ) -> AsyncIterator[Run]:
     """The run `args` asks for (`build_run`), with config's remote tools connected and its
     traces exported (`--otel`, `telemetry.otel`) until the block ends; the commands that drive
-    a run (`run`, `step`) share it. The caller closes the run."""
-    prompter = TerminalPrompter()
+    a run (`run`, `step`, `tui`) share it. Its operator is `prompter` (default: the terminal),
+    its model `model` (default: the config's). The caller closes the run."""
+    prompter = prompter or TerminalPrompter()
     remote: list[Tool] = []
     close_remote = None
     export = await asyncio.to_thread(telemetry_export, config, flag=args.otel)
@@ -277,7 +283,7 @@ async def opened_run(
             # Only the names the run's own tools take: a harness that needs no model client.
             local = Harness.build(config, RunOptions(model=NoModel(), prompter=prompter))
             remote, close_remote = await connect_remote_tools(config, local.tools.tools)
-        options = RunOptions(events=events, prompter=prompter, tools=remote)
+        options = RunOptions(events=events, prompter=prompter, tools=remote, model=model)
         if args.replay or args.resume or args.checkpoint:
             async with session_store(args.state_dir, config) as store:
                 yield await build_run(args, config, options, store)

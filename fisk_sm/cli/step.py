@@ -44,7 +44,7 @@ from fisk_sm.loop.stops import ANY_TOOL, Stops, unknown_name
 from fisk_sm.operator.prompter import Approval
 from fisk_sm.operator.sanitize import is_terminal, sanitize
 
-__all__ = ["HELP", "Stepper", "cmd_step"]
+__all__ = ["HELP", "Stepper", "breakpoint_stops", "cmd_step"]
 
 #: How many lines of the conversation each stop shows.
 TAIL = 4
@@ -93,6 +93,29 @@ def snapshot_part(document: Any, path: str) -> Any:
 
 async def _no_input(prompt: str) -> str | None:
     return None
+
+
+def breakpoint_stops(run: Run, spec: str) -> Stops | str:
+    """The `Stops` of breakpoint `spec` (a state, `tool:NAME`, `iter:N`, `approval` or
+    `approval:NAME`), or why it is not one (a name checked against the run's table and tools,
+    with a "did you mean")."""
+    tools = run.harness.tools.tools
+    kind, colon, name = spec.partition(":")
+    if kind == "tool" and colon:
+        return unknown_name("tool", name, tools) or Stops(tools=frozenset({name}))
+    if kind == "iter" and colon:
+        if not name.isdigit() or int(name) < 1:
+            return f"not an iteration: {name!r} (a whole number from 1)"
+        return Stops(iterations=frozenset({int(name)}))
+    if kind == "approval":
+        if not colon:
+            return Stops(approvals=frozenset({ANY_TOOL}))
+        return unknown_name("tool", name, tools) or Stops(approvals=frozenset({name}))
+    states = [s.name for s in run.machine.table.states]
+    if spec in states:
+        return Stops(frozenset({spec}))
+    error = unknown_name("state", spec, [*states, "tool:", "iter:", "approval"])
+    return f"{error} (a state, tool:NAME, iter:N, approval or approval:NAME)"
 
 
 class Stepper:
@@ -223,26 +246,7 @@ class Stepper:
         await self._to(self.breakpoints)
 
     def _point(self, spec: str) -> Stops | str:
-        """The `Stops` of breakpoint `spec`, or why it is not one (a name checked against
-        the run's table and tools, with a "did you mean")."""
-        run = self.run
-        tools = run.harness.tools.tools
-        kind, colon, name = spec.partition(":")
-        if kind == "tool" and colon:
-            return unknown_name("tool", name, tools) or Stops(tools=frozenset({name}))
-        if kind == "iter" and colon:
-            if not name.isdigit() or int(name) < 1:
-                return f"not an iteration: {name!r} (a whole number from 1)"
-            return Stops(iterations=frozenset({int(name)}))
-        if kind == "approval":
-            if not colon:
-                return Stops(approvals=frozenset({ANY_TOOL}))
-            return unknown_name("tool", name, tools) or Stops(approvals=frozenset({name}))
-        states = [s.name for s in run.machine.table.states]
-        if spec in states:
-            return Stops(frozenset({spec}))
-        error = unknown_name("state", spec, [*states, "tool:", "iter:", "approval"])
-        return f"{error} (a state, tool:NAME, iter:N, approval or approval:NAME)"
+        return breakpoint_stops(self.run, spec)
 
     async def _break(self, argument: str) -> None:
         if not argument:

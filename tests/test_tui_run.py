@@ -1,0 +1,120 @@
+"""`fisk-sm tui`, a run: Textual's Pilot drives the app against the fake Messages API (the
+real SDK over loopback), and the tests assert on the journal, the requests the fake received,
+the app's messages and its screen (an SVG snapshot)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from textual.message import Message
+from tuikit import check_snapshot, local_app, messages_of, settle
+
+from fisk_sm.events.types import MessageReceived, RunEnded, StateEntered, ToolCalled
+from fisk_sm.testing import FakeMessagesAPI, Reply
+from fisk_sm.tui.panes import MachinePane
+from fisk_sm.tui.sink import EventPosted, TextStreamed
+from fisk_sm.tui.transcript import Entry
+
+SIZE = (150, 44)
+TOOLS = '''
+from fisk_sm import tool
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add two numbers.
+
+    Args:
+        a: the first
+        b: the second
+    """
+    return a + b
+
+
+@tool(tags=["ai:confirm"])
+def deploy(target: str) -> str:
+    """Deploy somewhere.
+
+    Args:
+        target: where to
+    """
+    return f"deployed {target}"
+'''
+
+
+def write_agent(tmp_path: Path, api: FakeMessagesAPI) -> Path:
+    """An agent.yaml with `add` and the gated `deploy` (tui_tools.py), against the fake API."""
+    (tmp_path / "tui_tools.py").write_text(TOOLS)
+    path = tmp_path / "agent.yaml"
+    path.write_text(
+        f"llm: {{model: claude-test, base_url: '{api.base_url}', no_prompt_cache: true}}\n"
+        "tools: [{python: 'tui_tools:add'}, {python: 'tui_tools:deploy'}]\n"
+    )
+    return path
+
+
+def journal(state: Path) -> list[dict[str, object]]:
+    """The records of the one session journal under `state`."""
+    (path,) = [p for p in state.iterdir() if p.suffix == ".json"]
+    return [json.loads(line) for line in path.read_text().splitlines() if line]
+
+
+@pytest.fixture(autouse=True)
+def _environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "test")
+    monkeypatch.delenv("NO_COLOR", raising=False)
+
+
+async def test_a_run_to_its_answer(
+    tmp_path: Path, api: FakeMessagesAPI, request: pytest.FixtureRequest
+) -> None:
+    api.add(
+        Reply.tool_use("add", {"a": 2, "b": 3}, id="toolu_1"),
+        Reply.text("2 + 3 is **5**, as [bold]add[/bold] said"),
+    )
+    agent, state = write_agent(tmp_path, api), tmp_path / "state"
+    seen: list[Message] = []
+    argv = ("-c", str(agent), "--checkpoint", "--name", "tui-run", "--state-dir", str(state))
+    async with local_app(*argv, "add", "2", "and", "3") as app:
+        async with app.run_test(size=SIZE, message_hook=seen.append) as pilot:
+            await settle(pilot)
+            assert app.ended == "completed"
+            entries = [(e.label, e.text) for e in app.query(Entry)]
+            assert entries == [
+                ("you:", "add 2 and 3"),
+                ("→ add", '{"a": 2, "b": 3}'),
+                ("←", "5"),
+                ("model:", "2 + 3 is **5**, as [bold]add[/bold] said"),
+            ]
+            machine = app.query_one(MachinePane)
+            assert machine.current == "completed"
+            assert {"call", "execute", "feed_back", "decide"} <= machine.entered
+            check_snapshot(app, "run-completed", request.config, tmp_path)
+            await pilot.press("q")
+    assert app.return_code == 0
+    # the app's messages: every event of the run, and the streamed text, coalesced
+    events = [m.event for m in messages_of(EventPosted, seen)]
+    assert [type(e) for e in events if isinstance(e, MessageReceived | RunEnded)] == [
+        MessageReceived,
+        MessageReceived,
+        RunEnded,
+    ]
+    assert [e.name for e in events if isinstance(e, ToolCalled)] == ["add"]
+    assert [e.state for e in events if isinstance(e, StateEntered)][-1] == "completed"
+    streamed = messages_of(TextStreamed, seen)
+    assert streamed and len(streamed) <= streamed[0].buffer.received
+    # what the fake received and what the journal holds
+    assert len(api.requests) == 2 and api.requests[0]["stream"] is True
+    assert api.requests[1]["messages"][-1]["content"][0]["type"] == "tool_result"
+    records = journal(state)
+    assert [r.get("type") for r in records] == [
+        "meta",
+        "assistant",  # the turn that calls add
+        "tool_started",
+        "tool_result",
+        "assistant",  # the answer
+        "terminal",
+    ]
+    assert records[3]["result"]["content"] == "5" and records[-1]["reason"] == "completed"
