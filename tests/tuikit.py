@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import TypeVar
 
@@ -85,5 +85,16 @@ async def local_app(*argv: str) -> AsyncIterator[LoopApp]:
 
 
 def messages_of(kind: type[M], seen: list[Message]) -> list[M]:
-    """The messages of one kind the app handled (`run_test(message_hook=seen.append)`)."""
-    return [m for m in seen if isinstance(m, kind)]
+    """The messages of one kind the app handled (`run_test(message_hook=seen.append)`), each
+    once (a bubbling message is handled by each widget it reaches)."""
+    return list({id(m): m for m in seen if isinstance(m, kind)}.values())
+
+
+async def wait_for(pilot: Pilot[object], probe: Callable[[], object], what: str) -> None:
+    """Pause until `probe()` holds (messages handled, screen settled), failing after a while
+    with `what`: the app works off the test's own event loop, so the test must yield to it."""
+    for _ in range(600):
+        if probe():
+            return
+        await pilot.pause(0.05)
+    pytest.fail(f"timed out waiting for {what}")

@@ -81,6 +81,7 @@ class LoopApp(App[int]):
     CSS = CSS
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "quit_run", "quit"),
+        Binding("ctrl+q", "quit_run", "quit", show=False, priority=True),
         Binding("ctrl+c", "suspend", "suspend", priority=True),
     ]
 

@@ -2,7 +2,7 @@
 
 An input box under the panes: each line is a prompt, answered in the same conversation.
 `/reset` ends the session (suspended if journaled, else completed) and the next line starts a
-new one; `/exit` ends the chat. Ctrl-C is a key here, not a signal: at the prompt it ends the
+new one; `/exit` (or Ctrl-Q) ends the chat, and the app with it. Ctrl-C is a key here, not a signal: at the prompt it ends the
 session as `/exit` does; during a turn it suspends a journaled chat now (a model call is cut,
 a running tool finishes), and interrupts the turn of one that is not (its next prompt is asked
 for at the next loop boundary).
@@ -21,7 +21,7 @@ from fisk_sm.config.agent import AgentConfig, Budget
 from fisk_sm.config.states import States
 from fisk_sm.config.table_records import Table
 from fisk_sm.loop.run import Run
-from fisk_sm.tui.app import LoopApp, Opener, Wiring
+from fisk_sm.tui.app import LoopApp, Opener, Wiring, exit_code
 from fisk_sm.tui.transcript import Transcript
 
 __all__ = ["ChatApp", "chat_opener"]
@@ -90,6 +90,10 @@ class ChatApp(LoopApp):
         box.cursor_blink = False
         yield box
 
+    def on_mount(self) -> None:
+        """The focus in the prompt box (Textual calls `LoopApp.on_mount` too)."""
+        self.query_one("#prompt", Input).focus()
+
     async def drive(self) -> None:
         """Session after session (`/reset`), each driven until it ends."""
         if self.first is not None:
@@ -99,8 +103,8 @@ class ChatApp(LoopApp):
             run = await self.open_run(prompt)
             run.input = self.next_prompt
             state = await self.run_to_end(run)
-            self.status(f"{run.data.run_id} ended {state} · q quits")
             if not (self.reset and state in (States.SUSPENDED, States.COMPLETED)):
+                self.exit(exit_code(state))  # the chat is over, as `fisk-sm chat` ends
                 return
             self.reset = self.leaving = False
             self.prompts = asyncio.Queue()
