@@ -36,19 +36,18 @@ async def test_two_chat_turns_a_reset_and_ctrl_c(
     agent, state = write_agent(tmp_path, api), tmp_path / "state"
     seen: list[Message] = []
     argv = ("-c", str(agent), "--chat", "--checkpoint", "--name", "talk", "--state-dir", str(state))
-    async with local_app(*argv) as app:
-        async with app.run_test(size=SIZE, message_hook=seen.append) as pilot:
-            await pilot.press(*"hi", "enter")
-            await wait_for(pilot, lambda: ("model:", "hello, you") in said(app), "turn 1")
-            await pilot.press(*"and again", "enter")
-            await wait_for(pilot, lambda: ("model:", "the second answer") in said(app), "turn 2")
-            check_snapshot(app, "chat-two-turns", request.config, tmp_path)
-            await pilot.press(*"/reset", "enter")
-            await wait_for(pilot, lambda: app.run_ is not None and app.run_.finished, "reset")
-            await pilot.press(*"anew", "enter")
-            await wait_for(pilot, lambda: ("model:", "fresh start") in said(app), "new session")
-            await pilot.press("ctrl+c")  # at the prompt: the session ends, suspended
-            await wait_for(pilot, lambda: app.return_code is not None, "the chat's end")
+    async with local_app(*argv) as app, app.run_test(size=SIZE, message_hook=seen.append) as pilot:
+        await pilot.press(*"hi", "enter")
+        await wait_for(pilot, lambda: ("model:", "hello, you") in said(app), "turn 1")
+        await pilot.press(*"and again", "enter")
+        await wait_for(pilot, lambda: ("model:", "the second answer") in said(app), "turn 2")
+        check_snapshot(app, "chat-two-turns", request.config, tmp_path)
+        await pilot.press(*"/reset", "enter")
+        await wait_for(pilot, lambda: app.run_ is not None and app.run_.finished, "reset")
+        await pilot.press(*"anew", "enter")
+        await wait_for(pilot, lambda: ("model:", "fresh start") in said(app), "new session")
+        await pilot.press("ctrl+c")  # at the prompt: the session ends, suspended
+        await wait_for(pilot, lambda: app.return_code is not None, "the chat's end")
     assert app.ended == "suspended"
     assert app.return_code == 0
     assert [m.value for m in messages_of(Input.Submitted, seen)] == [

@@ -77,22 +77,24 @@ async def test_a_run_to_its_answer(
     agent, state = write_agent(tmp_path, api), tmp_path / "state"
     seen: list[Message] = []
     argv = ("-c", str(agent), "--checkpoint", "--name", "tui-run", "--state-dir", str(state))
-    async with local_app(*argv, "add", "2", "and", "3") as app:
-        async with app.run_test(size=SIZE, message_hook=seen.append) as pilot:
-            await settle(pilot)
-            assert app.ended == "completed"
-            entries = [(e.label, e.text) for e in app.query(Entry)]
-            assert entries == [
-                ("you:", "add 2 and 3"),
-                ("→ add", '{"a": 2, "b": 3}'),
-                ("←", "5"),
-                ("model:", "2 + 3 is **5**, as [bold]add[/bold] said"),
-            ]
-            machine = app.query_one(MachinePane)
-            assert machine.current == "completed"
-            assert {"call", "execute", "feed_back", "decide"} <= machine.entered
-            check_snapshot(app, "run-completed", request.config, tmp_path)
-            await pilot.press("q")
+    async with (
+        local_app(*argv, "add", "2", "and", "3") as app,
+        app.run_test(size=SIZE, message_hook=seen.append) as pilot,
+    ):
+        await settle(pilot)
+        assert app.ended == "completed"
+        entries = [(e.label, e.text) for e in app.query(Entry)]
+        assert entries == [
+            ("you:", "add 2 and 3"),
+            ("→ add", '{"a": 2, "b": 3}'),
+            ("←", "5"),
+            ("model:", "2 + 3 is **5**, as [bold]add[/bold] said"),
+        ]
+        machine = app.query_one(MachinePane)
+        assert machine.current == "completed"
+        assert {"call", "execute", "feed_back", "decide"} <= machine.entered
+        check_snapshot(app, "run-completed", request.config, tmp_path)
+        await pilot.press("q")
     assert app.return_code == 0
     # the app's messages: every event of the run, and the streamed text, coalesced
     events = [m.event for m in messages_of(EventPosted, seen)]
