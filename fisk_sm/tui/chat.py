@@ -3,9 +3,9 @@
 An input box under the panes: each line is a prompt, answered in the same conversation.
 `/reset` ends the session (suspended if journaled, else completed) and the next line starts a
 new one; `/exit` (or Ctrl-Q) ends the chat, and the app with it. Ctrl-C is a key here, not a
-signal: at the prompt it ends the session as `/exit` does; during a turn it suspends a journaled chat now (a model call is cut,
-a running tool finishes), and interrupts the turn of one that is not (its next prompt is asked
-for at the next loop boundary).
+signal: at the prompt it ends the session as `/exit` does; during a turn it suspends a
+journaled chat now (a model call is cut, a running tool finishes), and interrupts the turn of
+one that is not (its next prompt is asked for at the next loop boundary).
 """
 
 from __future__ import annotations
