@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from textual.message import Message
-from tuikit import check_snapshot, local_app, messages_of, settle
+from tuikit import check_snapshot, colours, local_app, messages_of, settle
 
 from fisk_sm.events.types import MessageReceived, RunEnded, StateEntered, ToolCalled
 from fisk_sm.testing import FakeMessagesAPI, Reply
@@ -120,3 +120,35 @@ async def test_a_run_to_its_answer(
         "terminal",
     ]
     assert records[3]["result"]["content"] == "5" and records[-1]["reason"] == "completed"
+
+
+def greys(colours: set[str]) -> bool:
+    """Whether every colour is a grey (red, green and blue alike)."""
+    return all(c[1:3] == c[3:5] == c[5:7] for c in colours)
+
+
+async def test_no_color_draws_a_screen_without_colour(
+    tmp_path: Path,
+    api: FakeMessagesAPI,
+    request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    drawn: dict[str, str] = {}
+    for name, no_color in (("run-colour", False), ("run-no-color", True)):
+        api.add(Reply.tool_use("add", {"a": 1, "b": 1}, id="toolu_1"), Reply.text("2"))
+        agent = write_agent(tmp_path, api)
+        if no_color:  # Textual reads it (and pops it) as each app is made: set it just before
+            monkeypatch.setenv("NO_COLOR", "1")
+        async with (
+            local_app("-c", str(agent), "one", "and", "one") as app,
+            app.run_test(size=SIZE) as pilot,
+        ):
+            await settle(pilot)
+            assert app.ended == "completed"
+            if no_color:
+                drawn[name] = check_snapshot(app, name, request.config, tmp_path)
+            else:
+                drawn[name] = app.export_screenshot()
+            await pilot.press("q")
+    assert not greys(colours(drawn["run-colour"]))  # the borders, the keys: blue, orange
+    assert greys(colours(drawn["run-no-color"]))

@@ -30,8 +30,9 @@ from fisk_sm.tui.command import add_tui_parser
 M = TypeVar("M", bound=Message)
 
 SNAPSHOTS = Path(__file__).resolve().parent / "snapshots" / "tui"
-#: The SVG window chrome's own colours: drawn around every screenshot, even with NO_COLOR.
-CHROME = frozenset({"#ff5f57", "#febc2e", "#28c840"})
+#: The SVG window chrome's own colours, drawn around every screenshot even with NO_COLOR: its
+#: three buttons, and its title's and the default text's (the export theme's foreground).
+CHROME = frozenset({"#ff5f57", "#febc2e", "#28c840", "#c5c8c6"})
 
 
 async def settle(pilot: Pilot[object]) -> None:
