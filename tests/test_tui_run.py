@@ -4,18 +4,23 @@ the app's messages and its screen (an SVG snapshot)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
 import pytest
 from textual.message import Message
-from tuikit import check_snapshot, colours, local_app, messages_of, settle
+from tuikit import check_snapshot, colours, local_app, messages_of, settle, wait_for
 
-from fisk_sm.events.types import MessageReceived, RunEnded, StateEntered, ToolCalled
+from fisk_sm.config.agent import Budget
+from fisk_sm.events.types import MessageReceived, RunEnded, RunResumed, StateEntered, ToolCalled
+from fisk_sm.loop.run import Run, loop_machine
 from fisk_sm.testing import FakeMessagesAPI, Reply
+from fisk_sm.tui.app import RunApp, Wiring
+from fisk_sm.tui.dialogs import ApprovalDialog
 from fisk_sm.tui.panes import MachinePane
 from fisk_sm.tui.sink import EventPosted, TextStreamed
-from fisk_sm.tui.transcript import Entry
+from fisk_sm.tui.transcript import Entry, Transcript
 
 SIZE = (150, 44)
 TOOLS = '''
@@ -152,3 +157,65 @@ async def test_no_color_draws_a_screen_without_colour(
             await pilot.press("q")
     assert not greys(colours(drawn["run-colour"]))  # the borders, the keys: blue, orange
     assert greys(colours(drawn["run-no-color"]))
+
+
+async def _never(wiring: Wiring, prompt: str | None) -> Run:
+    await asyncio.Event().wait()  # no run: the test hands the text over itself
+    raise AssertionError
+
+
+async def test_a_fast_stream_is_coalesced_not_one_message_per_token() -> None:
+    app = RunApp(_never, loop_machine().table, Budget(), "stream")
+    seen: list[Message] = []
+    tokens = [f"t{i} " for i in range(1000)]
+    async with app.run_test(size=SIZE, message_hook=seen.append) as pilot:
+        await pilot.pause()
+        for token in tokens:  # faster than the app takes them: all before it looks
+            app.sink.on_text(token)
+        transcript = app.query_one(Transcript)
+        await wait_for(
+            pilot,
+            lambda: (e := transcript.streaming) is not None and e.text == "".join(tokens),
+            "the whole text",
+        )
+    handled = messages_of(TextStreamed, seen)
+    assert 1 <= len(handled) <= 3  # one per token without `can_replace`
+
+
+async def test_ctrl_c_suspends_at_the_question_and_resume_asks_again(
+    tmp_path: Path, api: FakeMessagesAPI
+) -> None:
+    api.add(Reply.tool_use("deploy", {"target": "prod"}, id="toolu_1"), Reply.text("shipped"))
+    agent, state = write_agent(tmp_path, api), tmp_path / "state"
+    where = ("-c", str(agent), "--state-dir", str(state))
+    async with (
+        local_app(*where, "--checkpoint", "--name", "sus", "ship", "it") as app,
+        app.run_test(size=SIZE) as pilot,
+    ):
+        await wait_for(pilot, lambda: isinstance(app.screen, ApprovalDialog), "the question")
+        await pilot.press("ctrl+c")  # a key, not a signal: suspend now
+        await wait_for(pilot, lambda: app.ended == "suspended", "the suspend")
+        assert not isinstance(app.screen, ApprovalDialog)  # the question went with it
+        await pilot.press("q")
+    assert app.return_code == 0
+    types = [r.get("type") for r in journal(state)]
+    assert "approval_requested" in types and "approval_answered" not in types
+    assert types[-1] == "terminal" and journal(state)[-1]["reason"] == "suspended"
+    seen: list[Message] = []
+    async with (
+        local_app(*where, "--resume", "sus") as app,
+        app.run_test(size=SIZE, message_hook=seen.append) as pilot,
+    ):
+        await wait_for(pilot, lambda: isinstance(app.screen, ApprovalDialog), "asked again")
+        await pilot.press("o")
+        await wait_for(pilot, lambda: app.ended == "completed", "the answer")
+        labels = [e.label for e in app.query(Entry)]
+        assert labels[:2] == ["user:", "->"]  # the transcript so far, from RunResumed
+        await pilot.press("q")
+    assert app.return_code == 0
+    assert any(isinstance(m.event, RunResumed) for m in messages_of(EventPosted, seen))
+    records = journal(state)
+    results = [r["result"]["content"] for r in records if r.get("type") == "tool_result"]
+    assert results == ["deployed prod"]  # ran once, after the answer given on resume
+    (answered,) = [r for r in records if r.get("type") == "approval_answered"]
+    assert answered["by"] == "tui" and answered["answer"] == "once"

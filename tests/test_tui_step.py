@@ -54,6 +54,8 @@ async def test_a_breakpoint_an_explanation_and_an_approval(
         await pilot.press("s")
         await wait_for(pilot, lambda: pane(app).startswith("stepped: "), "one step")
         assert pane(app).startswith("stepped: suspend_check --")
+        # the record of the step: the exits tried before the one taken, and their guards
+        assert "tried suspended: suspend_requested = False" in pane(app)
         await pilot.press("c")
         await wait_for(pilot, lambda: pane(app).startswith("stopped: "), "the breakpoint")
         assert app.run_ is not None and app.run_.state == "gate"

@@ -116,6 +116,9 @@ class StepApp(LoopApp):
             step = await run.step()
             via = f" [{step.guard}]" if step.guard else ""
             record = f"stepped: {step.source} --{step.trigger}{via}--> {step.destination}"
+            for check in step.tried:  # the exits tried before it, each failed on this check
+                unless = "unless " if check.unless else ""
+                record += f"\n  tried {check.dest}: {unless}{check.guard} = {check.value}"
         else:
             stops = self.breakpoints
             if what == "next":
