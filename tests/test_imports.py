@@ -36,6 +36,7 @@ NOT_IN_THE_CORE = (
     "fisk_sm.client",
     "fisk_sm.supervisor",
     "fisk_sm.tui",
+    "fisk_sm.mcpserve",
     "starlette",
     "uvicorn",
     "sse_starlette",

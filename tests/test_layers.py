@@ -26,6 +26,7 @@ LAYERS = [
     "supervisor",
     "cli",
     "tui",
+    "mcpserve",
 ]
 IMPORT = re.compile(r"^\s*(?:from|import)\s+fisk_sm\.(\w+)", re.MULTILINE)
 

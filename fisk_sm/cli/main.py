@@ -97,6 +97,11 @@ COMMANDS: dict[str, Command] = {
         "fisk_sm.tui.command:cmd_tui",
         "the full-screen UI: run, chat, step or operate in one terminal app",
     ),
+    "mcp-serve": Command(
+        "fisk_sm.mcpserve.command:add_mcp_serve_parser",
+        "fisk_sm.mcpserve.command:cmd_mcp_serve",
+        "serve an agent as an MCP tool (ask), its sessions durable chats",
+    ),
     "report": Command(
         "fisk_sm.cli.report:add_report_parser",
         "fisk_sm.cli.report:cmd_report",

@@ -1,0 +1,234 @@
+"""`fisk-sm mcp-serve`: the agent as an MCP tool, tested with the `mcp` SDK's own client over
+stdio (revision 2026-07-28) against the fake Messages API. A two-tool run to its answer with
+progress in order, a follow-up turn on the same session, a cancelled call that suspends (the
+tool in flight finishes and is journaled once; the next `ask` resumes with no repeated tool),
+a gated tool answered `once` through the input request and denied for a client that cannot
+answer one, and stdout carrying only MCP messages."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp import Client, StdioServerParameters
+from mcp.client.session import ClientRequestContext
+from mcp_types import ElicitRequestParams, ElicitResult, ErrorData, TextContent
+
+from fisk_sm.testing import FakeMessagesAPI, Reply
+
+TOOLS = '''
+import time
+from pathlib import Path
+
+from fisk_sm import tool
+
+EFFECTS = Path(__file__).with_name("effects.txt")
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add two numbers.
+
+    Args:
+        a: the first
+        b: the second
+    """
+    return a + b
+
+
+@tool
+def slow(seconds: float) -> str:
+    """Work a while, saying when it starts and ends.
+
+    Args:
+        seconds: how long
+    """
+    with EFFECTS.open("a") as f:
+        f.write("started\\n")
+    time.sleep(seconds)
+    with EFFECTS.open("a") as f:
+        f.write("done\\n")
+    return "slept"
+
+
+@tool(tags=["ai:confirm"])
+def deploy(target: str) -> str:
+    """Deploy somewhere.
+
+    Args:
+        target: where to
+    """
+    with EFFECTS.open("a") as f:
+        f.write(f"deployed {target}\\n")
+    return f"deployed {target}"
+'''
+
+
+def write_agent(tmp_path: Path, api: FakeMessagesAPI) -> Path:
+    (tmp_path / "mcp_serve_tools.py").write_text(TOOLS)
+    path = tmp_path / "agent.yaml"
+    names = ("add", "slow", "deploy")
+    tools = ", ".join(f"{{python: 'mcp_serve_tools:{n}'}}" for n in names)
+    path.write_text(
+        f"llm: {{model: claude-test, base_url: '{api.base_url}', no_prompt_cache: true}}\n"
+        f"tools: [{tools}]\n"
+    )
+    return path
+
+
+def effects(tmp_path: Path) -> list[str]:
+    path = tmp_path / "effects.txt"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def journal(state: Path, session: str) -> list[dict[str, object]]:
+    lines = (state / f"{session}.json").read_text().splitlines()
+    return [json.loads(line) for line in lines if line]
+
+
+async def approve_once(
+    context: ClientRequestContext, params: ElicitRequestParams
+) -> ElicitResult | ErrorData:
+    assert "deploy" in params.message and '"target": "prod"' in params.message
+    return ElicitResult(action="accept", content={"answer": "once"})
+
+
+@asynccontextmanager
+async def served(tmp_path: Path, agent: Path, *, answers: bool = True) -> AsyncIterator[Client]:
+    """A client of `fisk-sm mcp-serve` on stdio; its stdout is teed to tmp_path/stdout.jsonl."""
+    serve = [sys.executable, "-m", "fisk_sm.cli", "mcp-serve", "-c", str(agent)]
+    serve += ["--state-dir", str(tmp_path / "state")]
+    line = (
+        f"set -o pipefail; {shlex.join(serve)} | tee {shlex.quote(str(tmp_path / 'stdout.jsonl'))}"
+    )
+    env = {**os.environ, "ANTHROPIC_API_KEY": "test"}
+    params = StdioServerParameters(command="bash", args=["-c", line], env=env, cwd=str(tmp_path))
+    callback = approve_once if answers else None
+    async with Client(params, elicitation_callback=callback) as client:
+        assert client.protocol_version == "2026-07-28"
+        yield client
+
+
+def text(result: object) -> str:
+    content = getattr(result, "content", [])
+    return " ".join(c.text for c in content if isinstance(c, TextContent))
+
+
+@pytest.mark.timeout(120)
+async def test_ask_runs_two_tools_to_the_answer_then_a_follow_up(
+    tmp_path: Path, api: FakeMessagesAPI
+) -> None:
+    api.add(
+        Reply.tool_use("add", {"a": 2, "b": 3}, id="t1"),
+        Reply.tool_use("slow", {"seconds": 0}, id="t2"),
+        Reply.text("five, and slept"),
+        Reply.text("yes, five"),
+    )
+    agent = write_agent(tmp_path, api)
+    progress: list[tuple[float, str | None]] = []
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        progress.append((value, message))
+
+    async with served(tmp_path, agent) as client:
+        tools = (await client.list_tools()).tools
+        assert [t.name for t in tools] == ["ask"]
+        assert tools[0].annotations is not None and tools[0].annotations.destructive_hint
+        first = await client.call_tool(
+            "ask", {"prompt": "add, then rest"}, progress_callback=on_progress
+        )
+        assert not first.is_error and text(first) == "five, and slept"
+        session = first.structured_content["session"]
+        assert first.structured_content["state"] == "awaiting_input"
+        assert [m for _, m in progress] == [
+            f"session {session}: call (iteration 1)",
+            "execute: add",
+            "call (iteration 2)",
+            "execute: slow",
+            "call (iteration 3)",
+        ]
+        assert [v for v, _ in progress] == [1, 2, 3, 4, 5]
+        again = await client.call_tool("ask", {"prompt": "sure?", "session": session})
+        assert text(again) == "yes, five"
+    last = api.requests[-1]["messages"]
+    assert last[-2]["content"][0]["text"] == "five, and slept" and last[-1]["content"] == "sure?"
+    users = [r for r in journal(tmp_path / "state", session) if r.get("type") == "user"]
+    assert len(users) == 1  # the follow-up (the first prompt is in the meta record)
+    stdout = (tmp_path / "stdout.jsonl").read_text().splitlines()
+    assert stdout and all(json.loads(line)["jsonrpc"] == "2.0" for line in stdout)
+
+
+@pytest.mark.timeout(120)
+async def test_a_cancelled_call_suspends_and_ask_resumes_without_repeating_the_tool(
+    tmp_path: Path, api: FakeMessagesAPI
+) -> None:
+    api.add(Reply.tool_use("slow", {"seconds": 1.5}, id="t1"), Reply.text("rested"))
+    agent = write_agent(tmp_path, api)
+    started = anyio.Event()
+    told: list[str] = []
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        told.append(message or "")
+        if message == "execute: slow":
+            started.set()
+
+    async with served(tmp_path, agent) as client:
+        async with anyio.create_task_group() as group:
+
+            async def call() -> None:
+                await client.call_tool("ask", {"prompt": "rest"}, progress_callback=on_progress)
+
+            group.start_soon(call)
+            await started.wait()
+            group.cancel_scope.cancel()  # the client sends notifications/cancelled
+        session = told[0].split(":")[0].removeprefix("session ")
+        for _ in range(100):  # the tool finishes, is journaled, and the run suspends
+            records = journal(tmp_path / "state", session)
+            if records[-1].get("type") == "terminal":
+                break
+            await anyio.sleep(0.05)
+        assert effects(tmp_path) == ["started", "done"]
+        assert records[-1]["reason"] == "suspended"
+        assert [r.get("type") for r in records].count("tool_result") == 1
+        resumed = await client.call_tool("ask", {"session": session})
+        assert text(resumed) == "rested"
+    assert effects(tmp_path) == ["started", "done"]  # the tool did not run again
+    types = [r.get("type") for r in journal(tmp_path / "state", session)]
+    assert types.count("tool_started") == 1 and types.count("tool_result") == 1
+
+
+@pytest.mark.timeout(120)
+async def test_a_gated_tool_is_an_input_request_answered_once(
+    tmp_path: Path, api: FakeMessagesAPI
+) -> None:
+    api.add(Reply.tool_use("deploy", {"target": "prod"}, id="t1"), Reply.text("prod is live"))
+    agent = write_agent(tmp_path, api)
+    async with served(tmp_path, agent) as client:
+        done = await client.call_tool("ask", {"prompt": "ship it"})
+        assert text(done) == "prod is live"
+        session = done.structured_content["session"]
+    assert effects(tmp_path) == ["deployed prod"]
+    records = journal(tmp_path / "state", session)
+    (answered,) = [r for r in records if r.get("type") == "approval_answered"]
+    assert answered["answer"] == "once" and answered["by"] == "mcp"
+
+
+@pytest.mark.timeout(120)
+async def test_a_client_that_cannot_answer_gets_the_gate_s_denial(
+    tmp_path: Path, api: FakeMessagesAPI
+) -> None:
+    api.add(Reply.tool_use("deploy", {"target": "prod"}, id="t1"), Reply.text("could not deploy"))
+    agent = write_agent(tmp_path, api)
+    async with served(tmp_path, agent, answers=False) as client:
+        done = await client.call_tool("ask", {"prompt": "ship it"})
+    assert effects(tmp_path) == []
+    assert "could not deploy" in text(done) and "denied: deploy" in text(done)
+    result = api.requests[-1]["messages"][-1]["content"][0]
+    assert result["type"] == "tool_result" and "operator" in json.dumps(result), result
