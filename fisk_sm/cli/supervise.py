@@ -192,7 +192,9 @@ def add_supervise_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser
     )
 
 
-def _token(args: argparse.Namespace) -> str | None:
+def served_token(args: argparse.Namespace) -> str | None:
+    """The API token: `--token-file`, else `$FISK_SM_TOKEN`, else None (`UsageError` for an
+    unreadable or empty file)."""
     if args.token_file is not None:
         try:
             path: Path = args.token_file
@@ -217,7 +219,7 @@ def cmd_supervise(args: argparse.Namespace) -> int:
         raise UsageError(f"--concurrency: must be at least 1, not {args.concurrency}")
     if args.event_buffer < 0:
         raise UsageError(f"--event-buffer: must be at least 0, not {args.event_buffer}")
-    token = _token(args)
+    token = served_token(args)
     try:
         host, port = parse_listen(args.listen)
         check_token_rule(host, token)

@@ -13,9 +13,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from mcp.server.mcpserver import MCPServer
+
     from fisk_sm.config.agent import AgentConfig
 
-__all__ = ["add_mcp_serve_parser", "cmd_mcp_serve"]
+__all__ = ["add_mcp_serve_parser", "cmd_mcp_serve", "serve"]
 
 
 def add_mcp_serve_parser(sub: Any) -> None:
@@ -29,9 +31,29 @@ def add_mcp_serve_parser(sub: Any) -> None:
         " model call and per tool; a cancelled call suspends the run (a tool in flight finishes"
         " and is journaled); a gated tool comes back as an input request (once, always, deny).",
     )
-    serve.add_argument("-c", "--config", required=True, type=Path, help="the agent.yaml")
+    serve.add_argument("-c", "--config", type=Path, help="the agent.yaml to serve")
+    serve.add_argument(
+        "--supervisor",
+        metavar="URL",
+        help="serve the supervisor at URL instead: its control API as tools, its runs as"
+        " resources ($FISK_SM_URL and the URL supervise wrote are not read: name it)",
+    )
+    serve.add_argument("--token", help="with --supervisor: its bearer token ($FISK_SM_TOKEN)")
     serve.add_argument(
         "--state-dir", type=Path, help="the sessions directory (default: the config's, or XDG)"
+    )
+    serve.add_argument(
+        "--listen",
+        metavar="HOST:PORT",
+        help="serve streamable HTTP at http://HOST:PORT/mcp instead of stdio (loopback unless"
+        " a token is set, as for supervise; port 0 picks one, said on stderr)",
+    )
+    serve.add_argument(
+        "--token-file",
+        type=Path,
+        metavar="FILE",
+        help="with --listen: the token HTTP clients must send, read from FILE"
+        " (default: $FISK_SM_TOKEN, if set)",
     )
 
 
@@ -44,13 +66,28 @@ def cmd_mcp_serve(args: argparse.Namespace) -> int:
         return 2
     import asyncio
 
+    from fisk_sm.cli.run import UsageError
+    from fisk_sm.cli.supervise import served_token
     from fisk_sm.config.agent import load_config
 
+    if (args.config is None) == (args.supervisor is None):
+        raise UsageError("mcp-serve serves -c agent.yaml or --supervisor URL (one of them)")
+    if args.supervisor is not None and args.state_dir is not None:
+        raise UsageError("--state-dir is the agent's: --supervisor takes none")
+    if args.token is not None and args.supervisor is None:
+        raise UsageError("--token needs --supervisor")
+    if args.token_file is not None and args.listen is None:
+        raise UsageError("--token-file needs --listen")
+    token = served_token(args) if args.listen is not None else None
+    if args.supervisor is not None:
+        from fisk_sm.mcpserve.fleet import serve_fleet
+
+        return asyncio.run(serve_fleet(args.supervisor, args.token, args.listen, token))
     config = load_config(args.config)
-    return asyncio.run(_serve(args, config))
+    return asyncio.run(_serve(args, config, token))
 
 
-async def _serve(args: argparse.Namespace, config: AgentConfig) -> int:
+async def _serve(args: argparse.Namespace, config: AgentConfig, token: str | None) -> int:
     import asyncio
     import contextlib
 
@@ -62,7 +99,7 @@ async def _serve(args: argparse.Namespace, config: AgentConfig) -> int:
     async with session_store(args.state_dir, config) as store:
         server = AgentServer(config, store)
         try:
-            await server.mcp.run_stdio_async()
+            await serve(server.mcp, args.listen, token, "mcp-serve")
         finally:  # the client left: every run still going is suspended, its tool finished
             for served in server.sessions.values():
                 if served.run is not None and served.live:
@@ -71,3 +108,24 @@ async def _serve(args: argparse.Namespace, config: AgentConfig) -> int:
             with contextlib.suppress(Exception):
                 await asyncio.gather(*tasks, return_exceptions=True)  # each closes its run
     return 0
+
+
+async def serve(mcp: MCPServer, listen: str | None, token: str | None, name: str) -> None:
+    """Serve `mcp` on stdio, or on streamable HTTP at `listen` until SIGINT or SIGTERM."""
+    import asyncio
+    import signal
+
+    if listen is None:
+        await mcp.run_stdio_async()
+        return
+    from fisk_sm.mcpserve.http import serve_http
+
+    task = asyncio.ensure_future(serve_http(mcp, listen, token, name))
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, task.cancel)
+    try:
+        await task
+    except asyncio.CancelledError:
+        if not task.cancelled():
+            raise
