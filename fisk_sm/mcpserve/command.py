@@ -79,6 +79,13 @@ def cmd_mcp_serve(args: argparse.Namespace) -> int:
     if args.token_file is not None and args.listen is None:
         raise UsageError("--token-file needs --listen")
     token = served_token(args) if args.listen is not None else None
+    if args.listen is not None:  # refused at once, in one line: a bad address, or no token
+        from fisk_sm.supervisor.api.server import ListenError, check_token_rule, parse_listen
+
+        try:
+            check_token_rule(parse_listen(args.listen)[0], token)
+        except ListenError as exc:
+            raise UsageError(str(exc)) from None
     if args.supervisor is not None:
         from fisk_sm.mcpserve.fleet import serve_fleet
 
