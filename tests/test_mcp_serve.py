@@ -232,3 +232,77 @@ async def test_a_client_that_cannot_answer_gets_the_gate_s_denial(
     assert "could not deploy" in text(done) and "denied: deploy" in text(done)
     result = api.requests[-1]["messages"][-1]["content"][0]
     assert result["type"] == "tool_result" and "operator" in json.dumps(result), result
+
+
+@pytest.mark.timeout(120)
+async def test_ask_human_questions_are_input_requests(tmp_path: Path, api: FakeMessagesAPI) -> None:
+    api.add(
+        Reply.tool_use("ask_human_input", {"question": "which target?"}, id="t1"),
+        Reply.tool_use(
+            "ask_human_select", {"question": "how?", "options": ["fast", "safe"]}, id="t2"
+        ),
+        Reply.tool_use("ask_human_confirm", {"question": "sure?"}, id="t3"),
+        Reply.text("asked"),
+    )
+    agent = write_agent(tmp_path, api)
+    with agent.open("a") as f:
+        f.write("harness: {human_in_the_loop: {enabled: true}}\n")
+    asked: list[str] = []
+
+    async def answer(
+        context: ClientRequestContext, params: ElicitRequestParams
+    ) -> ElicitResult | ErrorData:
+        asked.append(params.message)
+        properties = params.requested_schema["properties"]
+        if "text" in properties:
+            return ElicitResult(action="accept", content={"text": "prod"})
+        if "choice" in properties:
+            assert properties["choice"]["enum"] == ["fast", "safe"]
+            return ElicitResult(action="accept", content={"choice": "safe"})
+        return ElicitResult(action="accept", content={"yes": True})
+
+    serve = [sys.executable, "-m", "fisk_sm.cli", "mcp-serve", "-c", str(agent)]
+    serve += ["--state-dir", str(tmp_path / "state")]
+    env = {**os.environ, "ANTHROPIC_API_KEY": "test"}
+    params = StdioServerParameters(command=serve[0], args=serve[1:], env=env, cwd=str(tmp_path))
+    async with Client(params, elicitation_callback=answer) as client:
+        done = await client.call_tool("ask", {"prompt": "ask me"})
+    assert text(done) == "asked" and asked == ["which target?", "how?", "sure?"]
+    results = [
+        json.loads(block["content"])
+        for request in api.requests[1:]
+        for block in request["messages"][-1]["content"]
+        if block["type"] == "tool_result"
+    ]
+    assert results == [{"value": "prod"}, {"selected": "safe"}, {"confirmed": True}]
+
+
+@pytest.mark.timeout(120)
+async def test_an_older_revision_client_gets_the_denial_and_is_told_why(
+    tmp_path: Path, api: FakeMessagesAPI
+) -> None:
+    api.add(Reply.tool_use("deploy", {"target": "prod"}, id="t1"), Reply.text("not deployed"))
+    agent = write_agent(tmp_path, api)
+    serve = [sys.executable, "-m", "fisk_sm.cli", "mcp-serve", "-c", str(agent)]
+    serve += ["--state-dir", str(tmp_path / "state")]
+    env = {**os.environ, "ANTHROPIC_API_KEY": "test"}
+    params = StdioServerParameters(command=serve[0], args=serve[1:], env=env, cwd=str(tmp_path))
+    async with Client(params, elicitation_callback=approve_once, mode="legacy") as client:
+        assert client.protocol_version == "2025-11-25"
+        done = await client.call_tool("ask", {"prompt": "ship it"})
+    assert effects(tmp_path) == []
+    assert "cannot answer input requests (2026-07-28)" in text(done)
+
+
+@pytest.mark.timeout(120)
+async def test_a_session_id_is_never_a_path(tmp_path: Path, api: FakeMessagesAPI) -> None:
+    agent = write_agent(tmp_path, api)
+    async with served(tmp_path, agent) as client:
+        for bad in ("../../etc/passwd", "a/b", "", "x" * 500):
+            done = await client.call_tool("ask", {"prompt": "hi", "session": bad})
+            assert done.is_error and text(done).startswith("ask: session"), (bad, text(done))
+        unknown = await client.call_tool("ask", {"prompt": "hi", "session": "no-such-session"})
+        assert unknown.is_error and "no-such-session" in text(unknown)
+    state = tmp_path / "state"
+    assert not state.exists() or [p.name for p in state.iterdir()] == []
+    assert not (tmp_path.parent / "etc").exists() and api.requests == []

@@ -80,7 +80,11 @@ class Fleet:
             subscriptions=self.bus,
         )
         tool = self.mcp.tool
-        tool(description="Start a run of PROMPT (NAME: a label).", annotations=CHANGE)(self.submit)
+        tool(
+            description="Start a run of PROMPT (NAME: a label; CONFIG: an agent.yaml under the"
+            " supervisor's --config-dir, else its own agent).",
+            annotations=CHANGE,
+        )(self.submit)
         tool(description="The runs, newest first.", annotations=READ)(self.list_runs)
         tool(description="One run: transcript, path, counters.", annotations=READ)(self.show_run)
         tool(description="The tool calls waiting for an answer.", annotations=READ)(self.approvals)
@@ -109,9 +113,11 @@ class Fleet:
         except ClientError as exc:
             return _refused(exc)
 
-    async def submit(self, prompt: str, name: str | None = None) -> CallToolResult:
-        """`submit`."""
-        return await self._call(self.client.submit(prompt, name))
+    async def submit(
+        self, prompt: str, name: str | None = None, config: str | None = None
+    ) -> CallToolResult:
+        """`submit` (`config`: an agent.yaml the supervisor may run, by its own rules)."""
+        return await self._call(self.client.submit(prompt, name, config))
 
     async def list_runs(self) -> CallToolResult:
         """`list_runs`: without transcripts."""

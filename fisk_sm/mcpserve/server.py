@@ -38,8 +38,9 @@ from mcp_types import (
 )
 
 from fisk_sm.config.agent import AgentConfig
+from fisk_sm.config.limits import MAX_OUTPUT
 from fisk_sm.config.states import States
-from fisk_sm.journal.filestore import FileStore, check_run_id
+from fisk_sm.journal.filestore import FileStore, InvalidIdError, check_run_id
 from fisk_sm.journal.jetstream import JetStreamStore
 from fisk_sm.loop.harness import RunOptions
 from fisk_sm.loop.run import new_run_id
@@ -47,6 +48,7 @@ from fisk_sm.loop.sessions import resume_session, start_session
 from fisk_sm.mcpserve.session import Answered, Asked, Progress, Session, SessionPrompter
 from fisk_sm.operator.prompter import Approval
 from fisk_sm.operator.sanitize import sanitize
+from fisk_sm.tools.output import cap_text
 
 __all__ = ["REVISION", "AgentServer"]
 
@@ -96,7 +98,7 @@ class AgentServer:
         )
         self.mcp.tool(
             name="ask",
-            description=ASK.format(name=config.identity),
+            description=ASK.format(name=sanitize(config.identity, 200)),
             annotations=ToolAnnotations(
                 title=f"ask {config.identity}",
                 read_only_hint=False,
@@ -145,7 +147,7 @@ class AgentServer:
             return await self._start(prompt)
         try:
             check_run_id(session)  # nothing from the client is trusted as a path
-        except ValueError as exc:
+        except InvalidIdError as exc:
             raise BadCall(f"ask: session: {exc}") from None
         served = self.sessions.get(session)
         if served is not None and served.live:
@@ -257,14 +259,16 @@ def _decoded(kind: str, response: object, options: list[str]) -> object:
 
 
 def _answer(served: Session, answered: Answered) -> CallToolResult:
-    text = answered.text
+    text, _ = cap_text(answered.text, MAX_OUTPUT)  # the caps of every tool's result
     if served.denied:
-        text += "\n\n(denied: " + "; ".join(served.denied) + ")"
+        why = "" if served.can_ask else f"; this client cannot answer input requests ({REVISION})"
+        text += "\n\n(denied: " + "; ".join(served.denied) + why + ")"
         served.denied.clear()
     if answered.state not in (States.AWAITING_INPUT, States.COMPLETED):
         why = f": {answered.message}" if answered.message else ""
         text = f"[the run ended {answered.state}{why}] {text}".strip()
-    structured = {"session": served.run_id, "state": answered.state, "answer": answered.text}
+
+    structured = {"session": served.run_id, "state": answered.state, "answer": text}
     return CallToolResult(
         content=[TextContent(type="text", text=text)], structured_content=structured
     )
