@@ -172,7 +172,7 @@ class SessionPrompter:
     async def approve(self, request: ApprovalRequest) -> Approval:
         """The gate's question, as an input request: once, always or deny."""
         key = request.tool_use_id or self._key("approval")
-        message = f"approve {request.tool} [{request.tag}]: {request.display}"
+        message = f"approve {request.tool} [{request.tag}]?"
         answer = await self.session.asked(Asked(key, "approval", message, request))
         return answer if isinstance(answer, Approval) else Approval.NO
 
