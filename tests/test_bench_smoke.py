@@ -81,6 +81,11 @@ BENCH = Path(__file__).resolve().parents[1] / "bench"
             ["--iterations", "30", "--rounds", "1", "--repeats", "1", "--baseline", "HEAD"],
             "ms: median (best)",
         ),
+        (  # the full-screen UI: a short stream and a small Operate screen, each against bare Textual
+            "tui.py",
+            ["--smoke"],
+            "target: operate median",
+        ),
         (  # HEAD exported to a temporary directory against the working tree, one process each
             "compare_overhead.py",
             ["HEAD", "--runs", "1", "--iterations", "5", "--repeats", "1"],
