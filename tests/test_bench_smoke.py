@@ -81,7 +81,7 @@ BENCH = Path(__file__).resolve().parents[1] / "bench"
             ["--iterations", "30", "--rounds", "1", "--repeats", "1", "--baseline", "HEAD"],
             "ms: median (best)",
         ),
-        (  # the full-screen UI: a short stream and a small Operate screen, each against bare Textual
+        (  # the full-screen UI: a short stream and a small Operate screen, against bare Textual
             "tui.py",
             ["--smoke"],
             "target: operate median",

@@ -30,8 +30,8 @@ KEYS = """keys:
   --chat       type a prompt and Enter · /reset a new session · /exit
   --step       s step · n next boundary · c continue to a breakpoint · e explain ·
                space toggles the highlighted breakpoint · u suspend
-  --url        / filter · s sort column · a approve (o once, a always, n deny) ·
-               u suspend · r resume · x abort
+  --url        / filter · s sort column, S reverse · a or Enter: the approval (o once,
+               a always, n deny) · u suspend · r resume · x abort · R reload · q quit
 """
 
 
