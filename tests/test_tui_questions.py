@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from test_tui_run import SIZE
 from textual.widgets import Static
-from tuikit import local_app, wait_for
+from tuikit import dialog, local_app, wait_for
 
 from fisk_sm.testing import FakeMessagesAPI, Reply
 from fisk_sm.tui.dialogs import AskDialog, ConfirmDialog, SelectDialog
@@ -35,13 +35,13 @@ async def test_ask_human_questions_are_dialogs(tmp_path: Path, api: FakeMessages
         "harness: {human_in_the_loop: {enabled: true}}\n"
     )
     async with local_app("-c", str(agent), "ask me") as app, app.run_test(size=SIZE) as pilot:
-        await wait_for(pilot, lambda: isinstance(app.screen, AskDialog), "the line")
+        await dialog(pilot, AskDialog, "the line")
         question = str(app.screen.query_one(".question", Static).visual)
         assert question == "[bold]your name?[/bold]"
         await pilot.press(*"ada", "enter")
-        await wait_for(pilot, lambda: isinstance(app.screen, SelectDialog), "the choice")
+        await dialog(pilot, SelectDialog, "the choice")
         await pilot.press("down", "enter")
-        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmDialog), "yes or no")
+        await dialog(pilot, ConfirmDialog, "yes or no")
         await pilot.press("y")
         await wait_for(pilot, lambda: app.ended == "completed", "the answer")
         await pilot.press("q")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from textual.message import Message
-from tuikit import check_snapshot, colours, local_app, messages_of, settle, wait_for
+from tuikit import check_snapshot, colours, dialog, local_app, messages_of, settle, wait_for
 
 from fisk_sm.config.agent import Budget
 from fisk_sm.events.types import MessageReceived, RunEnded, RunResumed, StateEntered, ToolCalled
@@ -192,7 +192,7 @@ async def test_ctrl_c_suspends_at_the_question_and_resume_asks_again(
         local_app(*where, "--checkpoint", "--name", "sus", "ship", "it") as app,
         app.run_test(size=SIZE) as pilot,
     ):
-        await wait_for(pilot, lambda: isinstance(app.screen, ApprovalDialog), "the question")
+        await dialog(pilot, ApprovalDialog, "the question")
         await pilot.press("ctrl+c")  # a key, not a signal: suspend now
         await wait_for(pilot, lambda: app.ended == "suspended", "the suspend")
         assert not isinstance(app.screen, ApprovalDialog)  # the question went with it
@@ -206,7 +206,7 @@ async def test_ctrl_c_suspends_at_the_question_and_resume_asks_again(
         local_app(*where, "--resume", "sus") as app,
         app.run_test(size=SIZE, message_hook=seen.append) as pilot,
     ):
-        await wait_for(pilot, lambda: isinstance(app.screen, ApprovalDialog), "asked again")
+        await dialog(pilot, ApprovalDialog, "asked again")
         await pilot.press("o")
         await wait_for(pilot, lambda: app.ended == "completed", "the answer")
         labels = [e.label for e in app.query(Entry)]

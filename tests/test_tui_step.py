@@ -11,7 +11,7 @@ import pytest
 from test_tui_run import SIZE, journal, write_agent
 from textual.message import Message
 from textual.widgets import SelectionList, Static
-from tuikit import check_snapshot, local_app, messages_of, wait_for
+from tuikit import check_snapshot, dialog, local_app, messages_of, wait_for
 
 from fisk_sm.testing import FakeMessagesAPI, Reply
 from fisk_sm.tui.dialogs import ApprovalDialog
@@ -66,7 +66,7 @@ async def test_a_breakpoint_an_explanation_and_an_approval(
         await pilot.press("s")  # the gate journals the question
         await wait_for(pilot, lambda: app.run_.state == "awaiting_approval", "the gate")
         await pilot.press("s")  # and the wait asks it: the dialog
-        await wait_for(pilot, lambda: isinstance(app.screen, ApprovalDialog), "the dialog")
+        await dialog(pilot, ApprovalDialog, "the dialog")
         shown = str(app.screen.query_one("#approval-input", Static).visual)
         assert '"target": "prod"' in shown
         await pilot.press("o")

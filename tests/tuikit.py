@@ -21,6 +21,7 @@ import pytest
 from textual.app import App
 from textual.message import Message
 from textual.pilot import Pilot
+from textual.screen import Screen
 
 from fisk_sm.config.agent import load_config
 from fisk_sm.tui import command
@@ -99,3 +100,17 @@ async def wait_for(pilot: Pilot[object], probe: Callable[[], object], what: str)
             return
         await pilot.pause(0.05)
     pytest.fail(f"timed out waiting for {what}")
+
+
+async def dialog(pilot: Pilot[object], kind: type[Screen[object]], what: str) -> Screen[object]:
+    """Wait for a dialog of `kind` to be on screen, composed and mounted (its keys line drawn,
+    its focus set), so that what the test reads or types reaches it; the dialog."""
+    app = pilot.app
+
+    def ready() -> bool:
+        screen = app.screen
+        return isinstance(screen, kind) and screen.is_mounted and bool(screen.query(".keys"))
+
+    await wait_for(pilot, ready, what)
+    await pilot.pause()
+    return app.screen

@@ -96,7 +96,6 @@ def cmd_mcp_serve(args: argparse.Namespace) -> int:
 
 async def _serve(args: argparse.Namespace, config: AgentConfig, token: str | None) -> int:
     import asyncio
-    import contextlib
 
     from fisk_sm.cli.run import session_store
     from fisk_sm.mcpserve.server import AgentServer
@@ -112,8 +111,7 @@ async def _serve(args: argparse.Namespace, config: AgentConfig, token: str | Non
                 if served.run is not None and served.live:
                     served.run.request_suspend(now=True)
             tasks = [s.task for s in server.sessions.values() if s.task is not None]
-            with contextlib.suppress(Exception):
-                await asyncio.gather(*tasks, return_exceptions=True)  # each closes its run
+            await asyncio.gather(*tasks, return_exceptions=True)  # each closes its run
     return 0
 
 

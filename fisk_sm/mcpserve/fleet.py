@@ -208,6 +208,6 @@ async def serve_fleet(url: str, token: str | None, listen: str | None, served: s
             await serve(fleet.mcp, listen, served, "mcp-serve")
         finally:
             follow.cancel()
-            with contextlib.suppress(BaseException):
+            with contextlib.suppress(asyncio.CancelledError, ClientError):  # stopped, or lost
                 await follow
     return 0

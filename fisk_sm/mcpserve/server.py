@@ -21,6 +21,7 @@ journaled, and the next `ask` on the session resumes it.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Literal
 
@@ -40,8 +41,10 @@ from mcp_types import (
 from fisk_sm.config.agent import AgentConfig
 from fisk_sm.config.limits import MAX_OUTPUT
 from fisk_sm.config.states import States
+from fisk_sm.journal.base import JournalError
 from fisk_sm.journal.filestore import FileStore, InvalidIdError, check_run_id
 from fisk_sm.journal.jetstream import JetStreamStore
+from fisk_sm.loop.fingerprint import ResumeRefused
 from fisk_sm.loop.harness import RunOptions
 from fisk_sm.loop.run import new_run_id
 from fisk_sm.loop.sessions import resume_session, start_session
@@ -131,7 +134,7 @@ class AgentServer:
                     return _input_request(served, update)
                 else:
                     return _answer(served, update)
-        except BaseException:
+        except asyncio.CancelledError:
             if served.run is not None and served.live:  # a cancelled call: suspend, never kill
                 served.run.request_suspend(now=True)
             raise
@@ -188,7 +191,7 @@ class AgentServer:
         served = Session(session)
         try:
             run = await resume_session(self.config, session, self.store, self._options(served))
-        except Exception as exc:  # an unknown, locked or refused session: one line
+        except (JournalError, ResumeRefused, OSError) as exc:  # unknown, locked, refused
             raise BadCall(f"ask: session {session}: {sanitize(str(exc), 300)}") from None
         if not run.data.chat:
             await run.aclose()
