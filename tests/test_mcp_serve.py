@@ -11,81 +11,24 @@ import json
 import os
 import shlex
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import agentkit
 import anyio
 import pytest
+from agentkit import effects
 from mcp import Client, StdioServerParameters
 from mcp.client.session import ClientRequestContext
 from mcp_types import ElicitRequestParams, ElicitResult, ErrorData, TextContent
 
 from fisk_sm.testing import FakeMessagesAPI, Reply
 
-TOOLS = '''
-import time
-from pathlib import Path
-
-from fisk_sm import tool
-
-EFFECTS = Path(__file__).with_name("effects.txt")
-
-
-@tool
-def add(a: int, b: int) -> int:
-    """Add two numbers.
-
-    Args:
-        a: the first
-        b: the second
-    """
-    return a + b
-
-
-@tool
-def slow(seconds: float) -> str:
-    """Work a while, saying when it starts and ends.
-
-    Args:
-        seconds: how long
-    """
-    with EFFECTS.open("a") as f:
-        f.write("started\\n")
-    time.sleep(seconds)
-    with EFFECTS.open("a") as f:
-        f.write("done\\n")
-    return "slept"
-
-
-@tool(tags=["ai:confirm"])
-def deploy(target: str) -> str:
-    """Deploy somewhere.
-
-    Args:
-        target: where to
-    """
-    with EFFECTS.open("a") as f:
-        f.write(f"deployed {target}\\n")
-    return f"deployed {target}"
-'''
-
 
 def write_agent(tmp_path: Path, api: FakeMessagesAPI) -> Path:
-    (tmp_path / "mcp_serve_tools.py").write_text(TOOLS)
-    path = tmp_path / "agent.yaml"
-    names = ("add", "slow", "deploy")
-    tools = ", ".join(f"{{python: 'mcp_serve_tools:{n}'}}" for n in names)
-    path.write_text(
-        f"llm: {{model: claude-test, base_url: '{api.base_url}', no_prompt_cache: true}}\n"
-        f"tools: [{tools}]\n"
-    )
-    return path
-
-
-def effects(tmp_path: Path) -> list[str]:
-    path = tmp_path / "effects.txt"
-    return path.read_text().splitlines() if path.exists() else []
+    """The agent of these tests: add, slow and the gated deploy."""
+    return agentkit.write_agent(tmp_path, api, "mcp_serve_tools")
 
 
 def journal(state: Path, session: str) -> list[dict[str, object]]:
@@ -100,20 +43,35 @@ async def approve_once(
     return ElicitResult(action="accept", content={"answer": "once"})
 
 
+Answerer = Callable[
+    [ClientRequestContext, ElicitRequestParams], Awaitable[ElicitResult | ErrorData]
+]
+
+
 @asynccontextmanager
-async def served(tmp_path: Path, agent: Path, *, answers: bool = True) -> AsyncIterator[Client]:
-    """A client of `fisk-sm mcp-serve` on stdio; its stdout is teed to tmp_path/stdout.jsonl."""
+async def served(
+    tmp_path: Path, agent: Path, answers: Answerer | None = approve_once, mode: str = "auto"
+) -> AsyncIterator[Client]:
+    """A client of `fisk-sm mcp-serve` on stdio (its input requests answered by `answers`;
+    none: it cannot answer them); the server's stdout is teed to tmp_path/stdout.jsonl."""
     serve = [sys.executable, "-m", "fisk_sm.cli", "mcp-serve", "-c", str(agent)]
     serve += ["--state-dir", str(tmp_path / "state")]
-    line = (
-        f"set -o pipefail; {shlex.join(serve)} | tee {shlex.quote(str(tmp_path / 'stdout.jsonl'))}"
-    )
+    tee = shlex.quote(str(tmp_path / "stdout.jsonl"))
+    line = f"set -o pipefail; {shlex.join(serve)} | tee {tee}"
     env = {**os.environ, "ANTHROPIC_API_KEY": "test"}
     params = StdioServerParameters(command="bash", args=["-c", line], env=env, cwd=str(tmp_path))
-    callback = approve_once if answers else None
-    async with Client(params, elicitation_callback=callback) as client:
-        assert client.protocol_version == "2026-07-28"
+    async with Client(params, elicitation_callback=answers, mode=mode) as client:
         yield client
+
+
+def tool_results(api: FakeMessagesAPI) -> list[object]:
+    """The tool results the model was sent, in order, each parsed from its JSON."""
+    return [
+        json.loads(block["content"])
+        for request in api.requests[1:]
+        for block in request["messages"][-1]["content"]
+        if block["type"] == "tool_result"
+    ]
 
 
 def text(result: object) -> str:
@@ -226,7 +184,7 @@ async def test_a_client_that_cannot_answer_gets_the_gate_s_denial(
 ) -> None:
     api.add(Reply.tool_use("deploy", {"target": "prod"}, id="t1"), Reply.text("could not deploy"))
     agent = write_agent(tmp_path, api)
-    async with served(tmp_path, agent, answers=False) as client:
+    async with served(tmp_path, agent, answers=None) as client:
         done = await client.call_tool("ask", {"prompt": "ship it"})
     assert effects(tmp_path) == []
     assert "could not deploy" in text(done) and "denied: deploy" in text(done)
@@ -261,20 +219,10 @@ async def test_ask_human_questions_are_input_requests(tmp_path: Path, api: FakeM
             return ElicitResult(action="accept", content={"choice": "safe"})
         return ElicitResult(action="accept", content={"yes": True})
 
-    serve = [sys.executable, "-m", "fisk_sm.cli", "mcp-serve", "-c", str(agent)]
-    serve += ["--state-dir", str(tmp_path / "state")]
-    env = {**os.environ, "ANTHROPIC_API_KEY": "test"}
-    params = StdioServerParameters(command=serve[0], args=serve[1:], env=env, cwd=str(tmp_path))
-    async with Client(params, elicitation_callback=answer) as client:
+    async with served(tmp_path, agent, answer) as client:
         done = await client.call_tool("ask", {"prompt": "ask me"})
     assert text(done) == "asked" and asked == ["which target?", "how?", "sure?"]
-    results = [
-        json.loads(block["content"])
-        for request in api.requests[1:]
-        for block in request["messages"][-1]["content"]
-        if block["type"] == "tool_result"
-    ]
-    assert results == [{"value": "prod"}, {"selected": "safe"}, {"confirmed": True}]
+    assert tool_results(api) == [{"value": "prod"}, {"selected": "safe"}, {"confirmed": True}]
 
 
 @pytest.mark.timeout(120)
@@ -283,11 +231,7 @@ async def test_an_older_revision_client_gets_the_denial_and_is_told_why(
 ) -> None:
     api.add(Reply.tool_use("deploy", {"target": "prod"}, id="t1"), Reply.text("not deployed"))
     agent = write_agent(tmp_path, api)
-    serve = [sys.executable, "-m", "fisk_sm.cli", "mcp-serve", "-c", str(agent)]
-    serve += ["--state-dir", str(tmp_path / "state")]
-    env = {**os.environ, "ANTHROPIC_API_KEY": "test"}
-    params = StdioServerParameters(command=serve[0], args=serve[1:], env=env, cwd=str(tmp_path))
-    async with Client(params, elicitation_callback=approve_once, mode="legacy") as client:
+    async with served(tmp_path, agent, mode="legacy") as client:
         assert client.protocol_version == "2025-11-25"
         done = await client.call_tool("ask", {"prompt": "ship it"})
     assert effects(tmp_path) == []

@@ -17,9 +17,10 @@ from pathlib import Path
 
 import anyio
 import pytest
+from agentkit import effects
 from crashkit import Lines
 from mcp import Client
-from test_mcp_serve import approve_once, effects, journal, text, write_agent
+from test_mcp_serve import approve_once, journal, text, write_agent
 
 from fisk_sm.testing import FakeMessagesAPI, Reply
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_tui_run import SIZE, TOOLS
+from agentkit import write_agent
+from test_tui_run import SIZE
 from tuikit import check_snapshot, colours, local_app, settle
 
 from fisk_sm.testing import FakeMessagesAPI, Reply
@@ -37,13 +38,7 @@ def _environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def write_hostile_agent(tmp_path: Path, api: FakeMessagesAPI) -> Path:
-    (tmp_path / "tui_hostile_tools.py").write_text(TOOLS + DUMP)
-    path = tmp_path / "agent.yaml"
-    path.write_text(
-        f"llm: {{model: claude-test, base_url: '{api.base_url}', no_prompt_cache: true}}\n"
-        "tools: [{python: 'tui_hostile_tools:dump'}]\n"
-    )
-    return path
+    return write_agent(tmp_path, api, "tui_hostile_tools", ("dump",), DUMP)
 
 
 @pytest.mark.timeout(300)

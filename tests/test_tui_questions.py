@@ -4,10 +4,10 @@ model as the tools' results. A question's markup is shown as typed."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
+from test_mcp_serve import tool_results
 from test_tui_run import SIZE
 from textual.widgets import Static
 from tuikit import dialog, local_app, wait_for
@@ -46,10 +46,4 @@ async def test_ask_human_questions_are_dialogs(tmp_path: Path, api: FakeMessages
         await wait_for(pilot, lambda: app.ended == "completed", "the answer")
         await pilot.press("q")
     assert app.return_code == 0
-    results = [
-        json.loads(block["content"])
-        for request in api.requests[1:]
-        for block in request["messages"][-1]["content"]
-        if block["type"] == "tool_result"
-    ]
-    assert results == [{"value": "ada"}, {"selected": "b"}, {"confirmed": True}]
+    assert tool_results(api) == [{"value": "ada"}, {"selected": "b"}, {"confirmed": True}]

@@ -8,6 +8,7 @@ import asyncio
 import json
 from pathlib import Path
 
+import agentkit
 import pytest
 from textual.message import Message
 from tuikit import check_snapshot, colours, dialog, local_app, messages_of, settle, wait_for
@@ -23,41 +24,11 @@ from fisk_sm.tui.sink import EventPosted, TextStreamed
 from fisk_sm.tui.transcript import Entry, Transcript
 
 SIZE = (150, 44)
-TOOLS = '''
-from fisk_sm import tool
-
-
-@tool
-def add(a: int, b: int) -> int:
-    """Add two numbers.
-
-    Args:
-        a: the first
-        b: the second
-    """
-    return a + b
-
-
-@tool(tags=["ai:confirm"])
-def deploy(target: str) -> str:
-    """Deploy somewhere.
-
-    Args:
-        target: where to
-    """
-    return f"deployed {target}"
-'''
 
 
 def write_agent(tmp_path: Path, api: FakeMessagesAPI) -> Path:
     """An agent.yaml with `add` and the gated `deploy` (tui_tools.py), against the fake API."""
-    (tmp_path / "tui_tools.py").write_text(TOOLS)
-    path = tmp_path / "agent.yaml"
-    path.write_text(
-        f"llm: {{model: claude-test, base_url: '{api.base_url}', no_prompt_cache: true}}\n"
-        "tools: [{python: 'tui_tools:add'}, {python: 'tui_tools:deploy'}]\n"
-    )
-    return path
+    return agentkit.write_agent(tmp_path, api, "tui_tools", ("add", "deploy"))
 
 
 def journal(state: Path) -> list[dict[str, object]]:
