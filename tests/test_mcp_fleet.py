@@ -1,12 +1,15 @@
 """`fisk-sm mcp-serve --supervisor URL`: a real `fisk-sm supervise` (tests/ctlkit.py, its agent
 calling the gated `deploy`) driven through MCP with the SDK's own client over stdio: submit,
 wait until parked, approve once through `approve`, wait until done, and read the run's resource
-(transcript and path); a `subscriptions/listen` on the resource gets its updates."""
+(transcript and path); a `subscriptions/listen` on the resource gets its updates. Over stdio,
+and over streamable HTTP (`--listen`)."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -14,6 +17,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+from crashkit import Lines
 from ctlkit import Supervisor
 from mcp import Client, StdioServerParameters
 from mcp_types import TextContent
@@ -28,12 +32,39 @@ def sup(api: FakeMessagesAPI, tmp_path: Path) -> Iterator[Supervisor]:
 
 
 @asynccontextmanager
-async def fleet(sup: Supervisor) -> AsyncIterator[Client]:
-    env = {**os.environ, "ANTHROPIC_API_KEY": "test"}
-    argv = ["-m", "fisk_sm.cli", "mcp-serve", "--supervisor", sup.url]
-    params = StdioServerParameters(command=sys.executable, args=argv, env=env)
-    async with Client(params) as client:
-        yield client
+async def fleet(sup: Supervisor, transport: str) -> AsyncIterator[Client]:
+    """A client of `fisk-sm mcp-serve --supervisor URL`, on stdio or streamable HTTP."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FISK_SM_")}
+    argv = [sys.executable, "-m", "fisk_sm.cli", "mcp-serve", "--supervisor", sup.url]
+    if transport == "stdio":
+        params = StdioServerParameters(command=argv[0], args=argv[1:], env=env)
+        async with Client(params) as client:
+            yield client
+        return
+    process, url = listening([*argv, "--listen", "127.0.0.1:0"], env)
+    try:
+        async with Client(url) as client:
+            yield client
+    finally:
+        process.terminate()
+        assert process.wait(timeout=30) == 0
+
+
+def listening(argv: list[str], env: dict[str, str]) -> tuple[subprocess.Popen[str], str]:
+    """Start `argv` (an `mcp-serve --listen`); the process and the MCP URL it says."""
+    process = subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert process.stderr is not None
+    line = Lines(process.stderr).wait_for("listening on", 60)
+    found = re.search(r"listening on (http://127\.0\.0\.1:\d+/mcp)", line)
+    assert found, line
+    return process, found.group(1)
 
 
 def data(result: object) -> dict[str, object]:
@@ -46,11 +77,14 @@ def data(result: object) -> dict[str, object]:
 
 
 @pytest.mark.timeout(120)
-async def test_submit_wait_approve_and_read_the_run(sup: Supervisor, api: FakeMessagesAPI) -> None:
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_submit_wait_approve_and_read_the_run(
+    sup: Supervisor, api: FakeMessagesAPI, transport: str
+) -> None:
     api.add_conversation(
         "mcp: deploy to prod", Reply.tool_use("deploy", {"target": "prod"}), Reply.text("live")
     )
-    async with fleet(sup) as client:
+    async with fleet(sup, transport) as client:
         tools = {t.name: t for t in (await client.list_tools()).tools}
         assert set(tools) == {
             "submit",
