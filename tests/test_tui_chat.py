@@ -41,6 +41,8 @@ async def test_two_chat_turns_a_reset_and_ctrl_c(
         await wait_for(pilot, lambda: ("model:", "hello, you") in said(app), "turn 1")
         await pilot.press(*"and again", "enter")
         await wait_for(pilot, lambda: ("model:", "the second answer") in said(app), "turn 2")
+        answers = [e for e in app.query(Entry) if e.label == "model:"]
+        assert [e.folded for e in answers] == [False, False]  # each turn's answer, to be read
         check_snapshot(app, "chat-two-turns", request.config, tmp_path)
         await pilot.press(*"/reset", "enter")
         await wait_for(pilot, lambda: app.run_ is not None and app.run_.finished, "reset")

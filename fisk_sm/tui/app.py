@@ -182,6 +182,8 @@ class LoopApp(App[int]):
         transcript = self.query_one(Transcript)
         if isinstance(event, StateEntered):
             self.query_one(MachinePane).enter(event.state)
+            if event.state == States.AWAITING_INPUT and event.source is not None:
+                transcript.answer()  # a chat's turn is answered: its answer, to be read
         elif isinstance(event, MessageReceived):
             transcript.stream(self.sink.buffer.take())  # what is left of it, first
             transcript.model_text(event.text)

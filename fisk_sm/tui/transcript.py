@@ -4,7 +4,8 @@ Every message (a prompt, the model's text, a tool call with its arguments, a too
 one `Entry`: folded, it is one line (controls stripped, whitespace collapsed, cut with an
 ellipsis at the pane's edge), so a hostile message cannot take more room than any other; Enter
 (or a click) unfolds it, capped at `text.BLOCK_LINES` lines and `text.BLOCK_CHARS` characters
-(the rest counted). Tool results stay folded; a completed run's answer is unfolded for it.
+(the rest counted). Tool results stay folded; a completed run's answer, and each answer of a
+chat, is unfolded to be read.
 
 The model's text streams into the entry of its turn as the app takes it from the stream
 buffer (coalesced, `sink.TextStreamed`); folded, the entry shows the text's tail while it
@@ -165,7 +166,8 @@ class Transcript(VerticalScroll):
         self.add("← error:" if is_error else "←", output)
 
     def answer(self) -> None:
-        """The run completed: its answer (the last model entry) unfolded."""
+        """A run completed, or a chat's turn was answered: the answer (the last model entry)
+        unfolded, capped like any unfolded message."""
         for entry in reversed(list(self.query(Entry))):
             if entry.label == "model:":
                 if entry.folded:
