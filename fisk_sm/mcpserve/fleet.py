@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections.abc import Awaitable
 from typing import Literal, cast
 
 import attrs
@@ -106,10 +107,9 @@ class Fleet:
             mime_type="application/json",
         )(self.run_resource)
 
-    async def _call(self, make: object) -> CallToolResult:
+    async def _call(self, request: Awaitable[object]) -> CallToolResult:
         try:
-            assert asyncio.iscoroutine(make)
-            return _result(await make)
+            return _result(await request)
         except ClientError as exc:
             return _refused(exc)
 
@@ -163,18 +163,18 @@ class Fleet:
         return _result(found)
 
     async def _until(self, run_id: str, until: str) -> Run:
-        def reached(run: Run) -> bool:
-            return run.status == "parked" if until == "parked" else run.status in DONE
+        def stopped(run: Run) -> bool:  # where it is waited for, or past it (it ended)
+            return run.status in DONE or (until == "parked" and run.status == "parked")
 
         stream = self.client.events(run=run_id)
         try:
             run = await self.client.run(run_id)  # after subscribing: nothing is missed
-            if reached(run) or (until == "parked" and run.status in DONE):
+            if stopped(run):
                 return run
             async for event in stream:
                 if event.lost_events or event.name in ("RunParked", "RunUpdated", "RunEnded"):
                     run = await self.client.run(run_id)
-                    if reached(run) or (until == "parked" and run.status in DONE):
+                    if stopped(run):
                         return run
         finally:
             close = getattr(stream, "aclose", None)  # the stream's connection, at once

@@ -51,6 +51,7 @@ from fisk_sm.loop.sessions import resume_session, start_session
 from fisk_sm.mcpserve.session import Answered, Asked, Progress, Session, SessionPrompter
 from fisk_sm.operator.prompter import Approval
 from fisk_sm.operator.sanitize import sanitize
+from fisk_sm.supervisor.host.desk import ANSWERS
 from fisk_sm.tools.output import cap_text
 
 __all__ = ["REVISION", "AgentServer"]
@@ -250,8 +251,10 @@ def _decoded(kind: str, response: object, options: list[str]) -> object:
         return Approval.NO if kind == "approval" else None
     content = response.content or {}
     if kind == "approval":
-        names = {"once": Approval.ONCE, "always": Approval.ALWAYS}
-        return names.get(str(content.get("answer")), Approval.NO)
+        try:  # read by the model its schema was drawn from
+            return ANSWERS[ApprovalAnswer.model_validate(content).answer]
+        except pydantic.ValidationError:
+            return Approval.NO
     if kind == "confirm":
         return content.get("yes") is True
     if kind == "select":

@@ -20,6 +20,8 @@ from textual.widgets import Input
 from fisk_sm.config.agent import AgentConfig, Budget
 from fisk_sm.config.states import States
 from fisk_sm.config.table_records import Table
+from fisk_sm.journal.filestore import FileStore
+from fisk_sm.journal.jetstream import JetStreamStore
 from fisk_sm.loop.run import Run
 from fisk_sm.tui.app import LoopApp, Opener, Wiring, exit_code
 from fisk_sm.tui.transcript import Transcript
@@ -40,6 +42,7 @@ def chat_opener(
     from fisk_sm.model.clients import warm_up
 
     opened = 0
+    stores: list[FileStore | JetStreamStore] = []  # opened with the first session, kept open
 
     async def opener(wiring: Wiring, prompt: str | None) -> Run:
         nonlocal opened
@@ -50,7 +53,9 @@ def chat_opener(
         options = RunOptions(model=model, events=wiring.events, prompter=wiring.prompter)
         if not (args.checkpoint or args.resume):
             return Run.create(config, prompt or "", options, chat=True)
-        store = await stack.enter_async_context(session_store(args.state_dir, config))
+        if not stores:
+            stores.append(await stack.enter_async_context(session_store(args.state_dir, config)))
+        store = stores[0]
         if args.resume and opened == 1:
             run = await resume_session(config, args.resume, store, options, force=args.force)
             refusal = chat_refusal(run)

@@ -28,6 +28,7 @@ from textual.widgets import DataTable, Footer, Header, Input, Static
 from fisk_sm.client.errors import BadAnswer, ClientError
 from fisk_sm.client.records import Run, StreamEvent
 from fisk_sm.operator.prompter import Approval
+from fisk_sm.supervisor.host.desk import NAMES
 from fisk_sm.tui.dialogs import ApprovalDialog, ConfirmDialog
 from fisk_sm.tui.runs_table import RunsTable, describe
 from fisk_sm.tui.text import line, plain
@@ -38,8 +39,6 @@ __all__ = ["Control", "OperateApp", "operate"]
 RUN_EVENTS = frozenset({"RunSubmitted", "RunParked", "RunUpdated"})
 #: An event id of no boot: a stream opened after it starts with a gap (reload, subscribed).
 NO_BOOT = "0-0"
-#: The API's word for each answer of the dialog.
-ANSWERS = {Approval.ONCE: "once", Approval.ALWAYS: "always", Approval.NO: "deny"}
 #: How often the table takes the changes (s); how often the detail of a busy run is fetched.
 TICK = 0.1
 DETAIL_EVERY = 0.5
@@ -278,7 +277,7 @@ class OperateApp(App[int]):
             if answer is None:
                 self.say("not answered")
                 return
-            word = ANSWERS[answer]
+            word = NAMES[answer]
             send = self.control.answer
             self._send(word, run.run_id, lambda: send(run.run_id, approval.tool_use_id, word))
 

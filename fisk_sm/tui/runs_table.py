@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 from textual.content import Content, Span
 from textual.widgets import DataTable
 
+from fisk_sm.cli.ctl_format import age
 from fisk_sm.client.records import Run
 from fisk_sm.operator.sanitize import sanitize
 from fisk_sm.tui.text import line, plain
@@ -53,15 +54,6 @@ class Cell(Content):
     def same(self, other: Cell) -> bool:
         """Whether `other` shows and sorts the same."""
         return self.plain == other.plain and self.order == other.order and self.spans == other.spans
-
-
-def age_text(seconds: float) -> str:
-    """An age in one unit: 42s, 7m, 3h, 12d."""
-    seconds = max(0, int(seconds))
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
 
 
 def _tool(run: Run) -> str:
@@ -181,7 +173,8 @@ class RunsTable(DataTable[Cell]):
             return Cell(f"{run.tokens.total:,}", order)
         if key == "age":
             now = self.clock()
-            return Cell(age_text(run.age_seconds + now - self.heard.get(run.run_id, now)), order)
+            seconds = max(0.0, run.age_seconds + now - self.heard.get(run.run_id, now))
+            return Cell(age(seconds), order)
         if key == "name":
             return Cell(sanitize(run.name or run.run_id, CELL_CHARS), order)
         if key == "status":
