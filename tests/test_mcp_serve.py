@@ -123,12 +123,10 @@ async def test_ask_runs_two_tools_to_the_answer_then_a_follow_up(
     assert stdout and all(json.loads(line)["jsonrpc"] == "2.0" for line in stdout)
 
 
-@pytest.mark.timeout(120)
-async def test_a_cancelled_call_suspends_and_ask_resumes_without_repeating_the_tool(
-    tmp_path: Path, api: FakeMessagesAPI
-) -> None:
-    api.add(Reply.tool_use("slow", {"seconds": 1.5}, id="t1"), Reply.text("rested"))
-    agent = write_agent(tmp_path, api)
+async def cancelled_mid_tool(client: Client, state: Path) -> tuple[str, list[dict[str, object]]]:
+    """`ask` "rest" (the model calls `slow`) and cancel the call once the tool runs; then wait
+    for the run to end (the tool finishes, is journaled, and the run suspends). The session
+    (from the first progress) and its journal then."""
     started = anyio.Event()
     told: list[str] = []
 
@@ -137,21 +135,32 @@ async def test_a_cancelled_call_suspends_and_ask_resumes_without_repeating_the_t
         if message == "execute: slow":
             started.set()
 
+    async with anyio.create_task_group() as group:
+
+        async def call() -> None:
+            await client.call_tool("ask", {"prompt": "rest"}, progress_callback=on_progress)
+
+        group.start_soon(call)
+        await started.wait()
+        group.cancel_scope.cancel()
+    session = told[0].split(":")[0].removeprefix("session ")
+    for _ in range(100):
+        records = journal(state, session)
+        if records[-1].get("type") == "terminal":
+            break
+        await anyio.sleep(0.05)
+    return session, records
+
+
+@pytest.mark.timeout(120)
+async def test_a_cancelled_call_suspends_and_ask_resumes_without_repeating_the_tool(
+    tmp_path: Path, api: FakeMessagesAPI
+) -> None:
+    api.add(Reply.tool_use("slow", {"seconds": 1.5}, id="t1"), Reply.text("rested"))
+    agent = write_agent(tmp_path, api)
     async with served(tmp_path, agent) as client:
-        async with anyio.create_task_group() as group:
-
-            async def call() -> None:
-                await client.call_tool("ask", {"prompt": "rest"}, progress_callback=on_progress)
-
-            group.start_soon(call)
-            await started.wait()
-            group.cancel_scope.cancel()  # the client sends notifications/cancelled
-        session = told[0].split(":")[0].removeprefix("session ")
-        for _ in range(100):  # the tool finishes, is journaled, and the run suspends
-            records = journal(tmp_path / "state", session)
-            if records[-1].get("type") == "terminal":
-                break
-            await anyio.sleep(0.05)
+        # the client sends notifications/cancelled
+        session, records = await cancelled_mid_tool(client, tmp_path / "state")
         assert effects(tmp_path) == ["started", "done"]
         assert records[-1]["reason"] == "suspended"
         assert [r.get("type") for r in records].count("tool_result") == 1
